@@ -1,0 +1,39 @@
+// Per-process counters, updated with relaxed atomics on the launch path and read at exit.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "real_driver.h"
+
+namespace tandem::hook {
+
+struct LaunchCounters {
+  std::atomic<uint64_t> by_entry[kEntryCount];  // successful calls per exact entry point
+  std::atomic<uint64_t> total;            // kernels executed, graph kernel nodes included
+  std::atomic<uint64_t> graph_launches;   // cuGraphLaunch calls that ran
+  std::atomic<uint64_t> graph_kernels;    // kernel nodes run through graphs
+  std::atomic<uint64_t> nccl;             // NCCL kernels executed (graph nodes included)
+  std::atomic<uint64_t> capture_skipped;  // launches into a capturing stream (recorded, not run)
+};
+
+struct MemoryCounters {
+  std::atomic<uint64_t> allocs;
+  std::atomic<uint64_t> frees;
+  std::atomic<uint64_t> bytes_in_use;
+  std::atomic<uint64_t> peak_bytes;
+};
+
+LaunchCounters& launch_counters() noexcept;
+MemoryCounters& memory_counters() noexcept;
+
+// Zeroes every counter (a forked child counts only its own work).
+void reset_counters() noexcept;
+
+// Forgets the parent's live allocations in a forked child (memory_hooks.cpp).
+void memory_tracker_reset_in_child() noexcept;
+
+inline void count(std::atomic<uint64_t>& counter, uint64_t n = 1) noexcept {
+  counter.fetch_add(n, std::memory_order_relaxed);
+}
+
+}  // namespace tandem::hook

@@ -1,0 +1,102 @@
+#include "process.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "counters.h"
+#include "handle_map.h"
+#include "log.h"
+#include "real_driver.h"
+#include "settings.h"
+#include "stats_writer.h"
+
+extern char** environ;
+
+namespace tandem::hook {
+
+std::atomic<int> g_phase{static_cast<int>(ProcessPhase::fresh)};
+bool g_disabled = false;
+
+namespace {
+
+std::atomic<pthread_t> g_booting_thread{};
+// Set when this process (not a parent before fork) has used CUDA: only then are stats written.
+std::atomic<bool> g_used_cuda{false};
+
+void warn_setting(const char* message) noexcept { TANDEM_LOG_WARN("{}", message); }
+
+void on_exit_write_stats() { write_stats_now(); }
+
+// Fork: no thread of the parent exists in the child. The child starts from zero counts and
+// becomes a CUDA user of its own only if it calls the driver (phase forked_child).
+void before_fork() noexcept { handle_maps_lock_all(); }
+void after_fork_parent() noexcept { handle_maps_unlock_all(); }
+void after_fork_child() noexcept {
+  handle_maps_reset_locks_in_child();
+  reset_counters();
+  memory_tracker_reset_in_child();
+  g_used_cuda.store(false);
+  g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);
+}
+
+void bootstrap() noexcept {
+  load_settings(environ, warn_setting);
+  set_log_level(static_cast<LogLevel>(setting_enum(SettingId::TANDEM_LOG)));
+  g_disabled = setting_bool(SettingId::TANDEM_DISABLE);
+  char error[512];
+  if (!resolve_real_driver(setting_text(SettingId::TANDEM_REAL_LIBCUDA), error, sizeof error)) {
+    TANDEM_LOG_ERROR("{}; driver calls will fail (set TANDEM_REAL_LIBCUDA)", error);
+  }
+  if (g_disabled) {
+    TANDEM_LOG_INFO("TANDEM_DISABLE=1: passthrough");
+    return;
+  }
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  atexit(on_exit_write_stats);
+  TANDEM_LOG_INFO("bootstrapped (role {}, driver {})", setting_text(SettingId::TANDEM_ROLE),
+                  setting_text(SettingId::TANDEM_REAL_LIBCUDA));
+}
+
+}  // namespace
+
+bool bootstrapping_on_this_thread() noexcept {
+  return g_phase.load(std::memory_order_acquire) == static_cast<int>(ProcessPhase::booting) &&
+         pthread_equal(g_booting_thread.load(), pthread_self());
+}
+
+bool ensure_ready_slow() noexcept {
+  for (;;) {
+    int phase = g_phase.load(std::memory_order_acquire);
+    if (phase == static_cast<int>(ProcessPhase::ready)) return true;
+    if (phase == static_cast<int>(ProcessPhase::forked_child)) {
+      g_used_cuda.store(true);
+      g_phase.store(static_cast<int>(ProcessPhase::ready), std::memory_order_release);
+      return true;
+    }
+    if (phase == static_cast<int>(ProcessPhase::fresh)) {
+      int expected = phase;
+      if (g_phase.compare_exchange_strong(expected, static_cast<int>(ProcessPhase::booting))) {
+        g_booting_thread.store(pthread_self());
+        bootstrap();
+        g_used_cuda.store(true);
+        g_phase.store(static_cast<int>(ProcessPhase::ready), std::memory_order_release);
+        return true;
+      }
+      continue;
+    }
+    // booting: the real driver's own initialisation may call back into us on this thread.
+    if (pthread_equal(g_booting_thread.load(), pthread_self())) return false;
+    sched_yield();  // another thread bootstraps; this takes microseconds
+  }
+}
+
+void write_stats_now() noexcept {
+  if (g_disabled || !g_used_cuda.load()) return;
+  const char* path = setting_text(SettingId::TANDEM_STATS_FILE);
+  if (!path[0]) return;
+  write_stats_file(path, setting_text(SettingId::TANDEM_ROLE));
+}
+
+}  // namespace tandem::hook

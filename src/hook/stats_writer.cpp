@@ -1,0 +1,85 @@
+#include "stats_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "counters.h"
+#include "log.h"
+#include "real_driver.h"
+
+#ifndef TANDEM_VERSION_STRING
+#define TANDEM_VERSION_STRING "0.0.0"
+#endif
+
+namespace tandem::hook {
+
+std::string expand_stats_path(const char* pattern, int pid) {
+  std::string out;
+  for (const char* p = pattern; *p; ++p) {
+    if (p[0] == '%' && p[1] == 'p') {
+      out += std::to_string(pid);
+      ++p;
+    } else {
+      out += *p;
+    }
+  }
+  return out;
+}
+
+std::string stats_json(const char* role) {
+  const LaunchCounters& c = launch_counters();
+  const MemoryCounters& m = memory_counters();
+  nlohmann::ordered_json by_entry = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < kEntryCount; ++i) {
+    uint64_t n = c.by_entry[i].load();
+    Entry e = static_cast<Entry>(i);
+    bool launch_entry = e <= Entry::cuGraphLaunch_ptsz;  // the launch family heads the table
+    if (launch_entry && n) by_entry[entry_name(e)] = n;
+  }
+  nlohmann::ordered_json j = {
+      {"pid", static_cast<int>(getpid())},
+      {"role", role},
+      {"tandem_version", TANDEM_VERSION_STRING},
+      {"launches",
+       {{"total", c.total.load()},
+        {"by_entry", by_entry},
+        {"graph_launches", c.graph_launches.load()},
+        {"graph_kernels", c.graph_kernels.load()},
+        {"nccl", c.nccl.load()},
+        {"capture_skipped", c.capture_skipped.load()}}},
+      {"memory",
+       {{"allocs", m.allocs.load()},
+        {"frees", m.frees.load()},
+        {"bytes_in_use", m.bytes_in_use.load()},
+        {"peak_bytes", m.peak_bytes.load()}}},
+  };
+  return j.dump(2) + "\n";
+}
+
+bool write_stats_file(const char* pattern, const char* role) noexcept {
+  int saved_errno = errno;
+  bool ok = false;
+  try {
+    std::string path = expand_stats_path(pattern, static_cast<int>(getpid()));
+    std::string tmp = path + ".tmp";
+    std::string text = stats_json(role);
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      ok = (::close(fd) == 0) && ok;
+      ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+    }
+    if (!ok) TANDEM_LOG_WARN("cannot write stats file {}: {}", path, std::strerror(errno));
+  } catch (...) {
+    TANDEM_LOG_WARN("cannot write stats file (out of memory)");
+  }
+  errno = saved_errno;
+  return ok;
+}
+
+}  // namespace tandem::hook
