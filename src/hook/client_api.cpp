@@ -2,7 +2,6 @@
 #include "tandem/client.h"
 
 #include "process.h"
-#include "settings.h"
 
 #ifndef TANDEM_VERSION_STRING
 #define TANDEM_VERSION_STRING "0.0.0"
@@ -14,8 +13,6 @@ extern "C" TANDEM_EXPORT const char* tandem_version(void) { return TANDEM_VERSIO
 
 extern "C" TANDEM_EXPORT int tandem_write_stats(void) {
   using namespace tandem;
-  if (!hook::ensure_ready() || hook::g_disabled) return -1;
-  if (!setting_text(SettingId::TANDEM_STATS_FILE)[0]) return -1;
-  hook::write_stats_now();
-  return 0;
+  if (!hook::ensure_ready()) return -1;
+  return hook::write_stats_now() ? 0 : -1;
 }

@@ -12,10 +12,19 @@ MemoryCounters& memory_counters() noexcept { return g_memory; }
 
 void reset_counters() noexcept {
   for (auto& c : g_launch.by_entry) c.store(0);
-  for (auto* c : {&g_launch.total, &g_launch.graph_launches, &g_launch.graph_kernels,
+  for (auto* c : {&g_launch.graph_launches, &g_launch.graph_kernels,
                   &g_launch.nccl, &g_launch.capture_skipped, &g_memory.allocs, &g_memory.frees,
                   &g_memory.bytes_in_use, &g_memory.peak_bytes})
     c->store(0);
+}
+
+uint64_t kernels_executed() noexcept {
+  uint64_t n = g_launch.graph_kernels.load();
+  for (Entry e : {Entry::cuLaunchKernel, Entry::cuLaunchKernel_ptsz, Entry::cuLaunchKernelEx,
+                  Entry::cuLaunchKernelEx_ptsz, Entry::cuLaunchCooperativeKernel,
+                  Entry::cuLaunchCooperativeKernel_ptsz})
+    n += g_launch.by_entry[static_cast<size_t>(e)].load();
+  return n;
 }
 
 }  // namespace tandem::hook

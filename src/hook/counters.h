@@ -8,8 +8,9 @@
 namespace tandem::hook {
 
 struct LaunchCounters {
-  std::atomic<uint64_t> by_entry[kEntryCount];  // successful calls per exact entry point
-  std::atomic<uint64_t> total;            // kernels executed, graph kernel nodes included
+  // Successful calls per exact entry point. The total of kernels executed is derived (sum of
+  // the kernel-launch entries + graph_kernels): one atomic add less on the launch path.
+  std::atomic<uint64_t> by_entry[kEntryCount];
   std::atomic<uint64_t> graph_launches;   // cuGraphLaunch calls that ran
   std::atomic<uint64_t> graph_kernels;    // kernel nodes run through graphs
   std::atomic<uint64_t> nccl;             // NCCL kernels executed (graph nodes included)
@@ -28,6 +29,9 @@ MemoryCounters& memory_counters() noexcept;
 
 // Zeroes every counter (a forked child counts only its own work).
 void reset_counters() noexcept;
+
+// Kernels executed: direct launches plus the kernel nodes of launched graphs.
+uint64_t kernels_executed() noexcept;
 
 // Forgets the parent's live allocations in a forked child (memory_hooks.cpp).
 void memory_tracker_reset_in_child() noexcept;

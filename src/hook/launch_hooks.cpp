@@ -23,7 +23,6 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
   CUresult r = call();
   if (__builtin_expect(r == CUDA_SUCCESS, 1)) {
     count(c.by_entry[static_cast<size_t>(entry)]);
-    count(c.total);
     if (kernel_kind(f) == KernelKind::nccl) count(c.nccl);
   }
   return r;
@@ -46,7 +45,6 @@ inline CUresult launch_graph(Entry entry, CUgraphExec exec, CUstream s, bool per
     count(c.by_entry[static_cast<size_t>(entry)]);
     count(c.graph_launches);
     count(c.graph_kernels, kernels);
-    count(c.total, kernels);
     if (nccl) count(c.nccl, nccl);
   }
   return r;

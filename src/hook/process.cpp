@@ -27,7 +27,7 @@ std::atomic<bool> g_used_cuda{false};
 
 void warn_setting(const char* message) noexcept { TANDEM_LOG_WARN("{}", message); }
 
-void on_exit_write_stats() { write_stats_now(); }
+void on_exit_write_stats() { (void)write_stats_now(); }
 
 // Fork: no thread of the parent exists in the child. The child starts from zero counts and
 // becomes a CUDA user of its own only if it calls the driver (phase forked_child).
@@ -92,11 +92,11 @@ bool ensure_ready_slow() noexcept {
   }
 }
 
-void write_stats_now() noexcept {
-  if (g_disabled || !g_used_cuda.load()) return;
+bool write_stats_now() noexcept {
+  if (g_disabled || !g_used_cuda.load()) return false;
   const char* path = setting_text(SettingId::TANDEM_STATS_FILE);
-  if (!path[0]) return;
-  write_stats_file(path, setting_text(SettingId::TANDEM_ROLE));
+  if (!path[0]) return false;
+  return write_stats_file(path, setting_text(SettingId::TANDEM_ROLE));
 }
 
 }  // namespace tandem::hook

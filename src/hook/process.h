@@ -33,7 +33,8 @@ inline bool passthrough() noexcept { return !ensure_ready() || g_disabled; }
 // True while this thread runs the bootstrap (re-entrant dlsym calls from the real driver).
 bool bootstrapping_on_this_thread() noexcept;
 
-// Writes the statistics file now (also registered with atexit at bootstrap).
-void write_stats_now() noexcept;
+// Writes the statistics file now (also registered with atexit at bootstrap). False when
+// disabled, unused, unconfigured or the write failed.
+bool write_stats_now() noexcept;
 
 }  // namespace tandem::hook

@@ -46,7 +46,7 @@ std::string stats_json(const char* role) {
       {"role", role},
       {"tandem_version", TANDEM_VERSION_STRING},
       {"launches",
-       {{"total", c.total.load()},
+       {{"total", kernels_executed()},
         {"by_entry", by_entry},
         {"graph_launches", c.graph_launches.load()},
         {"graph_kernels", c.graph_kernels.load()},

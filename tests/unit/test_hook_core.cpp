@@ -1,0 +1,85 @@
+#include <catch2/catch.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "handle_map.h"
+#include "kernel_kind.h"
+#include "resolver.h"
+#include "stats_writer.h"
+
+using namespace tandem::hook;
+
+TEST_CASE("NCCL kernels are recognised by name, mangled too") {
+  CHECK(is_nccl_kernel_name("ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+  CHECK(is_nccl_kernel_name("_Z25ncclKernel_AllGather_RING_LLP14ncclDevComm"));
+  CHECK(is_nccl_kernel_name("ncclSymkDevKernel_AllReduce"));
+  CHECK(is_nccl_kernel_name("_Z29ncclDevKernel_SendRecv_Sum_u8P14ncclDevKernelArgs"));
+  CHECK_FALSE(is_nccl_kernel_name("spin_kernel"));
+  CHECK_FALSE(is_nccl_kernel_name("volta_sgemm_128x64_nn"));
+  CHECK_FALSE(is_nccl_kernel_name(nullptr));
+}
+
+TEST_CASE("handle map: find, overwrite, erase, zero key") {
+  static HandleMap map;  // large: static storage
+  CHECK(map.find(0x1000) == HandleMap::kAbsent);
+  REQUIRE(map.put(0x1000, 7));
+  CHECK(map.find(0x1000) == 7);
+  REQUIRE(map.put(0x1000, 9));
+  CHECK(map.find(0x1000) == 9);
+  map.erase(0x1000);
+  CHECK(map.find(0x1000) == HandleMap::kAbsent);
+  CHECK_FALSE(map.put(0, 1));
+  CHECK(map.find(0) == HandleMap::kAbsent);
+}
+
+TEST_CASE("handle map: concurrent readers see complete inserts") {
+  static HandleMap map;
+  constexpr uintptr_t kKeys = 2000;
+  std::thread writer([] {
+    for (uintptr_t k = 1; k <= kKeys; ++k) map.put(k * 64, k);
+  });
+  bool consistent = true;
+  std::thread reader([&] {
+    for (int round = 0; round < 200; ++round)
+      for (uintptr_t k = 1; k <= kKeys; ++k) {
+        uint64_t v = map.find(k * 64);
+        if (v != HandleMap::kAbsent && v != k) consistent = false;
+      }
+  });
+  writer.join();
+  reader.join();
+  CHECK(consistent);
+  for (uintptr_t k = 1; k <= kKeys; ++k) REQUIRE(map.find(k * 64) == k);
+}
+
+TEST_CASE("resolver knows exactly the hooked ABI symbols") {
+  const HookedSymbol* h = find_hooked_symbol("cuLaunchKernel_ptsz");
+  REQUIRE(h);
+  CHECK(std::string(h->name) == "cuLaunchKernel_ptsz");
+  CHECK(h->entry == Entry::cuLaunchKernel_ptsz);
+  CHECK(find_hooked_symbol("cuMemAlloc_v2"));
+  CHECK(find_hooked_symbol("cuGetProcAddress_v2"));
+  CHECK_FALSE(find_hooked_symbol("cuMemAlloc"));  // the 32-bit legacy ABI is passed through
+  CHECK_FALSE(find_hooked_symbol("cuGetExportTable"));
+  CHECK_FALSE(find_hooked_symbol("cuCtxSynchronize"));
+  CHECK_FALSE(find_hooked_symbol("malloc"));
+  CHECK_FALSE(find_hooked_symbol(nullptr));
+  CHECK(std::string(entry_name(Entry::cuGraphLaunch)) == "cuGraphLaunch");
+}
+
+TEST_CASE("stats path expands %p to the pid") {
+  CHECK(expand_stats_path("/tmp/stats-%p.json", 42) == "/tmp/stats-42.json");
+  CHECK(expand_stats_path("/tmp/%p/%p", 7) == "/tmp/7/7");
+  CHECK(expand_stats_path("/tmp/plain.json", 7) == "/tmp/plain.json");
+  CHECK(expand_stats_path("/tmp/%q%", 7) == "/tmp/%q%");
+}
+
+TEST_CASE("stats JSON carries the documented keys") {
+  std::string text = stats_json("training");
+  for (const char* key : {"\"pid\"", "\"role\"", "\"launches\"", "\"total\"", "\"by_entry\"",
+                          "\"graph_launches\"", "\"nccl\"", "\"memory\"", "\"allocs\"",
+                          "\"frees\"", "\"peak_bytes\""})
+    CHECK(text.find(key) != std::string::npos);
+  CHECK(text.find("\"training\"") != std::string::npos);
+}

@@ -1,0 +1,69 @@
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "settings.h"
+
+using namespace tandem;
+
+namespace {
+std::vector<std::string> g_warnings;
+void collect(const char* message) noexcept { g_warnings.emplace_back(message); }
+
+void load(std::vector<std::string> vars) {
+  std::vector<char*> env;
+  for (auto& v : vars) env.push_back(v.data());
+  env.push_back(nullptr);
+  g_warnings.clear();
+  load_settings(env.data(), collect);
+}
+}  // namespace
+
+TEST_CASE("settings default when unset") {
+  load({"PATH=/bin"});
+  CHECK(std::string(setting_text(SettingId::TANDEM_LOG)) == "warn");
+  CHECK(setting_enum(SettingId::TANDEM_LOG) == 1);
+  CHECK_FALSE(setting_bool(SettingId::TANDEM_DISABLE));
+  CHECK(std::string(setting_text(SettingId::TANDEM_REAL_LIBCUDA)) == "libcuda.so.1");
+  CHECK_FALSE(setting_was_set(SettingId::TANDEM_LOG));
+  CHECK(g_warnings.empty());
+}
+
+TEST_CASE("valid values are taken") {
+  load({"TANDEM_LOG=debug", "TANDEM_DISABLE=1", "TANDEM_STATS_FILE=/tmp/s-%p.json",
+        "TANDEM_ROLE=batch-inference"});
+  CHECK(setting_enum(SettingId::TANDEM_LOG) == 3);
+  CHECK(setting_bool(SettingId::TANDEM_DISABLE));
+  CHECK(std::string(setting_text(SettingId::TANDEM_STATS_FILE)) == "/tmp/s-%p.json");
+  CHECK(std::string(setting_text(SettingId::TANDEM_ROLE)) == "batch-inference");
+  CHECK(setting_was_set(SettingId::TANDEM_ROLE));
+  CHECK(g_warnings.empty());
+}
+
+TEST_CASE("an invalid value warns once, naming the variable and the accepted values") {
+  load({"TANDEM_LOG=verbose", "TANDEM_DISABLE=yes"});
+  REQUIRE(g_warnings.size() == 2);
+  CHECK(g_warnings[0].find("TANDEM_LOG") != std::string::npos);
+  CHECK(g_warnings[0].find("error|warn|info|debug") != std::string::npos);
+  CHECK(g_warnings[1].find("TANDEM_DISABLE") != std::string::npos);
+  CHECK(std::string(setting_text(SettingId::TANDEM_LOG)) == "warn");
+  CHECK_FALSE(setting_bool(SettingId::TANDEM_DISABLE));
+}
+
+TEST_CASE("prefix matches are not confused with other variables") {
+  load({"TANDEM_LOGX=debug", "TANDEM_LO=debug", "XTANDEM_LOG=debug"});
+  CHECK(std::string(setting_text(SettingId::TANDEM_LOG)) == "warn");
+  CHECK(g_warnings.empty());
+}
+
+TEST_CASE("every row of the table is well formed") {
+  size_t n = 0;
+  const SettingInfo* table = setting_table(&n);
+  REQUIRE(n == static_cast<size_t>(SettingId::count));
+  for (size_t i = 0; i < n; ++i) {
+    INFO(table[i].name);
+    CHECK(std::string(table[i].name).rfind("TANDEM_", 0) == 0);
+    CHECK(std::string(table[i].description).size() > 10);
+    CHECK(setting_value_valid(table[i], table[i].default_value));
+  }
+}
