@@ -1,0 +1,309 @@
+// Stream capture and graphs. A capturing stream records its operations as graph nodes
+// instead of running them; real capture error codes are returned (900, 901, 906, 907).
+// An executable graph runs its nodes in insertion order on the launch stream.
+#include <algorithm>
+#include <cstring>
+
+#include "sim.h"
+
+namespace simgpu {
+
+namespace {
+std::mutex g_mutex;
+std::vector<Capture*> g_captures;  // open captures
+std::atomic<uint64_t> g_capture_ids{1};
+
+Graph* as_graph(CUgraph g) {
+  auto* p = reinterpret_cast<Graph*>(g);
+  return p && p->magic == 0x47524150 ? p : nullptr;
+}
+GraphExec* as_exec(CUgraphExec e) {
+  auto* p = reinterpret_cast<GraphExec*>(e);
+  return p && p->magic == 0x47455845 ? p : nullptr;
+}
+GraphNode* as_node(CUgraphNode n) {
+  auto* p = reinterpret_cast<GraphNode*>(n);
+  return p && p->magic == 0x474e4f44 ? p : nullptr;
+}
+
+void flatten(const Graph* g, std::vector<Op>& out) {
+  for (const auto& n : g->nodes) {
+    if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && n->child) flatten(n->child, out);
+    else if (n->type != CU_GRAPH_NODE_TYPE_EMPTY) out.push_back(n->op);
+  }
+}
+}  // namespace
+
+bool capture_is_global_active() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (Capture* c : g_captures)
+    if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && !c->invalidated) return true;
+  return false;
+}
+
+void record_into_capture(Stream* s, const Op& op) {
+  auto node = std::make_unique<GraphNode>();
+  node->op = op;
+  switch (op.kind) {
+    case Op::kernel:
+      node->type = CU_GRAPH_NODE_TYPE_KERNEL;
+      node->kparams.func = reinterpret_cast<CUfunction>(op.launch.fn);
+      node->kparams.gridDimX = op.launch.grid[0];
+      node->kparams.gridDimY = op.launch.grid[1];
+      node->kparams.gridDimZ = op.launch.grid[2];
+      node->kparams.blockDimX = op.launch.block[0];
+      node->kparams.blockDimY = op.launch.block[1];
+      node->kparams.blockDimZ = op.launch.block[2];
+      node->kparams.sharedMemBytes = op.launch.smem;
+      break;
+    case Op::copy: node->type = CU_GRAPH_NODE_TYPE_MEMCPY; break;
+    case Op::set: node->type = CU_GRAPH_NODE_TYPE_MEMSET; break;
+    case Op::host: node->type = CU_GRAPH_NODE_TYPE_HOST; break;
+    default: node->type = CU_GRAPH_NODE_TYPE_EMPTY; break;
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  s->capture->graph->nodes.push_back(std::move(node));
+}
+
+// Invalidates the capture of `s`, or every global-mode capture when `s` is null.
+CUresult invalidate_capture(Stream* s, CUresult why) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (Capture* c : g_captures)
+    if ((s && s->capture == c) || (!s && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) c->invalidated = true;
+  return why;
+}
+
+}  // namespace simgpu
+
+using namespace simgpu;
+
+static CUresult begin_capture(CUstream h, CUgraph into, CUstreamCaptureMode mode, bool per_thread) {
+  Stream* s = resolve_stream(h, per_thread);
+  if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream cannot capture
+  if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  auto* c = new Capture();
+  c->graph = into ? as_graph(into) : new Graph();
+  if (!c->graph) {
+    delete c;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  c->mode = mode;
+  c->id = g_capture_ids.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_captures.push_back(c);
+  }
+  s->capture = c;
+  return CUDA_SUCCESS;
+}
+
+static CUresult end_capture(CUstream h, CUgraph* graph, bool per_thread) {
+  Stream* s = resolve_stream(h, per_thread);
+  if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  Capture* c = s->capture;
+  if (!c) return CUDA_ERROR_ILLEGAL_STATE;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (auto it = g_captures.begin(); it != g_captures.end(); ++it)
+      if (*it == c) {
+        g_captures.erase(it);
+        break;
+      }
+  }
+  s->capture = nullptr;  // streams that joined through events leave with it
+  bool invalid = c->invalidated;
+  *graph = invalid ? nullptr : reinterpret_cast<CUgraph>(c->graph);
+  delete c;
+  return invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuStreamBeginCapture(CUstream s) { return begin_capture(s, nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL, false); }
+SIM_API CUresult cuStreamBeginCapture_ptsz(CUstream s) { return begin_capture(s, nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL, true); }
+SIM_API CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, nullptr, m, false); }
+SIM_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, nullptr, m, true); }
+SIM_API CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e,
+                                             size_t n, CUstreamCaptureMode m) {
+  (void)d, (void)e, (void)n;
+  return begin_capture(s, g, m, false);
+}
+SIM_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* d,
+                                                  const CUgraphEdgeData* e, size_t n, CUstreamCaptureMode m) {
+  (void)d, (void)e, (void)n;
+  return begin_capture(s, g, m, true);
+}
+SIM_API CUresult cuStreamEndCapture(CUstream s, CUgraph* g) { return end_capture(s, g, false); }
+SIM_API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) { return end_capture(s, g, true); }
+
+static CUresult is_capturing(CUstream h, CUstreamCaptureStatus* status, bool per_thread) {
+  Stream* s = resolve_stream(h, per_thread);
+  if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  if (s->legacy && capture_is_global_active()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  *status = !s->capture ? CU_STREAM_CAPTURE_STATUS_NONE
+            : s->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                      : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* st) { return is_capturing(s, st, false); }
+SIM_API CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* st) { return is_capturing(s, st, true); }
+
+static CUresult capture_info(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                             const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* n, bool per_thread) {
+  CUresult r = is_capturing(h, status, per_thread);
+  if (r != CUDA_SUCCESS) return r;
+  Stream* s = resolve_stream(h, per_thread);
+  if (id) *id = s->capture ? s->capture->id : 0;
+  if (graph) *graph = s->capture ? reinterpret_cast<CUgraph>(s->capture->graph) : nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (n) *n = 0;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g,
+                                           const CUgraphNode** d, const CUgraphEdgeData** e, size_t* n) {
+  return capture_info(s, st, id, g, d, e, n, false);
+}
+SIM_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g,
+                                                const CUgraphNode** d, const CUgraphEdgeData** e, size_t* n) {
+  return capture_info(s, st, id, g, d, e, n, true);
+}
+
+// ---- graphs ----
+SIM_API CUresult cuGraphCreate(CUgraph* g, unsigned flags) {
+  (void)flags;
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  *g = reinterpret_cast<CUgraph>(new Graph());
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphDestroy(CUgraph g) {
+  Graph* graph = as_graph(g);
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  graph->magic = 0;
+  delete graph;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n,
+                                         const CUDA_KERNEL_NODE_PARAMS* p) {
+  (void)deps, (void)n;
+  Graph* graph = as_graph(g);
+  if (!graph || !node || !p) return CUDA_ERROR_INVALID_VALUE;
+  Function* fn = as_function(p->func ? static_cast<const void*>(p->func) : static_cast<const void*>(p->kern));
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  auto gn = std::make_unique<GraphNode>();
+  gn->type = CU_GRAPH_NODE_TYPE_KERNEL;
+  gn->kparams = *p;
+  gn->op.kind = Op::kernel;
+  gn->op.launch.fn = fn;
+  gn->op.launch.grid[0] = p->gridDimX, gn->op.launch.grid[1] = p->gridDimY, gn->op.launch.grid[2] = p->gridDimZ;
+  gn->op.launch.block[0] = p->blockDimX, gn->op.launch.block[1] = p->blockDimY, gn->op.launch.block[2] = p->blockDimZ;
+  if (p->kernelParams && p->kernelParams[0]) std::memcpy(&gn->op.launch.first_arg, p->kernelParams[0], 8);
+  *node = reinterpret_cast<CUgraphNode>(gn.get());
+  graph->nodes.push_back(std::move(gn));
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n, CUgraph child) {
+  (void)deps, (void)n;
+  Graph* graph = as_graph(g);
+  Graph* c = as_graph(child);
+  if (!graph || !c || !node) return CUDA_ERROR_INVALID_VALUE;
+  auto gn = std::make_unique<GraphNode>();
+  gn->type = CU_GRAPH_NODE_TYPE_GRAPH;
+  gn->child = new Graph();
+  for (const auto& cn : c->nodes) gn->child->nodes.push_back(std::make_unique<GraphNode>(*cn));  // cloned, as CUDA does
+  *node = reinterpret_cast<CUgraphNode>(gn.get());
+  graph->nodes.push_back(std::move(gn));
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
+  Graph* graph = as_graph(g);
+  if (!graph || !count) return CUDA_ERROR_INVALID_VALUE;
+  if (!nodes) {
+    *count = graph->nodes.size();
+    return CUDA_SUCCESS;
+  }
+  size_t n = std::min(*count, graph->nodes.size());
+  for (size_t i = 0; i < n; ++i) nodes[i] = reinterpret_cast<CUgraphNode>(graph->nodes[i].get());
+  *count = n;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphNodeGetType(CUgraphNode n, CUgraphNodeType* type) {
+  GraphNode* node = as_node(n);
+  if (!node || !type) return CUDA_ERROR_INVALID_VALUE;
+  *type = node->type;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode n, CUgraph* g) {
+  GraphNode* node = as_node(n);
+  if (!node || !g || node->type != CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_INVALID_VALUE;
+  *g = reinterpret_cast<CUgraph>(node->child);
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode n, CUDA_KERNEL_NODE_PARAMS* p) {
+  GraphNode* node = as_node(n);
+  if (!node || !p || node->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  *p = node->kparams;
+  return CUDA_SUCCESS;
+}
+
+static CUresult instantiate(CUgraphExec* exec, CUgraph g) {
+  SIM_FAIL_POINT("cuGraphInstantiate", CUDA_ERROR_UNKNOWN);
+  Graph* graph = as_graph(g);
+  if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
+  auto* e = new GraphExec();
+  flatten(graph, e->ops);
+  *exec = reinterpret_cast<CUgraphExec>(e);
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsigned long long flags) {
+  (void)flags;
+  return instantiate(e, g);
+}
+SIM_API CUresult cuGraphInstantiate_v2(CUgraphExec* e, CUgraph g, CUgraphNode* err, char* log_buf, size_t n) {
+  (void)err, (void)log_buf, (void)n;
+  return instantiate(e, g);
+}
+static CUresult instantiate_params(CUgraphExec* e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  CUresult r = instantiate(e, g);
+  if (p) p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+SIM_API CUresult cuGraphInstantiateWithParams(CUgraphExec* e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return instantiate_params(e, g, p);
+}
+SIM_API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return instantiate_params(e, g, p);
+}
+SIM_API CUresult cuGraphExecDestroy(CUgraphExec e) {
+  GraphExec* exec = as_exec(e);
+  if (!exec) return CUDA_ERROR_INVALID_VALUE;
+  exec->magic = 0;
+  delete exec;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo* info) {
+  GraphExec* exec = as_exec(e);
+  Graph* graph = as_graph(g);
+  if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
+  exec->ops.clear();
+  flatten(graph, exec->ops);
+  if (info) info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  return CUDA_SUCCESS;
+}
+static CUresult graph_launch(CUgraphExec e, CUstream h, bool per_thread) {
+  GraphExec* exec = as_exec(e);
+  Stream* s = resolve_stream(h, per_thread);
+  if (!exec || !s) return CUDA_ERROR_INVALID_VALUE;
+  for (const Op& op : exec->ops) {
+    CUresult r = submit(s, op);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuGraphLaunch(CUgraphExec e, CUstream s) { return graph_launch(e, s, false); }
+SIM_API CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) { return graph_launch(e, s, true); }
+SIM_API CUresult cuGraphUpload(CUgraphExec e, CUstream s) {
+  (void)s;
+  return as_exec(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}

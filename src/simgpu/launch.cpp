@@ -1,0 +1,86 @@
+// Kernel launches, every variant. Arguments are not interpreted except the first 8 bytes of
+// the first one, which a spin kernel uses as its duration in nanoseconds.
+#include <cstring>
+
+#include "sim.h"
+
+namespace simgpu {
+namespace {
+
+uint64_t first_argument(void** params, void** extra) {
+  uint64_t v = 0;
+  if (params && params[0]) {
+    std::memcpy(&v, params[0], sizeof v);
+  } else if (extra) {
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+      if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && e[1]) {
+        std::memcpy(&v, e[1], sizeof v);
+        break;
+      }
+    }
+  }
+  return v;
+}
+
+CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                CUstream s, void** params, void** extra, bool per_thread) {
+  SIM_FAIL_POINT("cuLaunchKernel", CUDA_ERROR_LAUNCH_FAILED);
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  Function* fn = as_function(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 || block[2] == 0 ||
+      static_cast<uint64_t>(block[0]) * block[1] * block[2] > 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  Stream* st = resolve_stream(s, per_thread);
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  Op op;
+  op.kind = Op::kernel;
+  op.launch.fn = fn;
+  std::memcpy(op.launch.grid, grid, sizeof op.launch.grid);
+  std::memcpy(op.launch.block, block, sizeof op.launch.block);
+  op.launch.smem = smem;
+  op.launch.first_arg = first_argument(params, extra);
+  return submit(st, op);
+}
+
+CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
+  unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
+  return launch(f, grid, block, c->sharedMemBytes, c->hStream, params, extra, per_thread);
+}
+
+}  // namespace
+}  // namespace simgpu
+
+using namespace simgpu;
+
+#define LAUNCH_PARAMS                                                                         \
+  (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+   unsigned smem, CUstream s, void** params, void** extra)
+#define COOP_PARAMS                                                                           \
+  (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+   unsigned smem, CUstream s, void** params)
+
+SIM_API CUresult cuLaunchKernel LAUNCH_PARAMS {
+  const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+  return launch(f, g, b, smem, s, params, extra, false);
+}
+SIM_API CUresult cuLaunchKernel_ptsz LAUNCH_PARAMS {
+  const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+  return launch(f, g, b, smem, s, params, extra, true);
+}
+SIM_API CUresult cuLaunchCooperativeKernel COOP_PARAMS {
+  const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+  return launch(f, g, b, smem, s, params, nullptr, false);
+}
+SIM_API CUresult cuLaunchCooperativeKernel_ptsz COOP_PARAMS {
+  const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+  return launch(f, g, b, smem, s, params, nullptr, true);
+}
+SIM_API CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+  return launch_ex(c, f, params, extra, false);
+}
+SIM_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+  return launch_ex(c, f, params, extra, true);
+}

@@ -1,0 +1,205 @@
+// Device memory is host memory (device pointer == host address), so copies are memcpy. An
+// allocation table validates frees and ranges; the device total (SIMGPU_MEM_BYTES) is
+// enforced. Async variants are ordered on their stream.
+#include <sys/mman.h>
+
+#include <cstring>
+#include <map>
+
+#include "sim.h"
+
+namespace simgpu {
+namespace {
+
+std::mutex g_mutex;
+std::map<uint64_t, size_t>* g_allocs = new std::map<uint64_t, size_t>();  // never destroyed
+uint64_t g_used = 0;
+
+CUresult allocate(CUdeviceptr* p, size_t bytes, const char* api) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (should_fail(api)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_used + bytes > settings().mem_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Lazily committed anonymous pages: large allocations cost nothing until touched.
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  (*g_allocs)[reinterpret_cast<uint64_t>(m)] = bytes;
+  g_used += bytes;
+  *p = reinterpret_cast<CUdeviceptr>(m);
+  return CUDA_SUCCESS;
+}
+
+CUresult release(CUdeviceptr p) {
+  if (p == 0) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_allocs->find(p);
+  if (it == g_allocs->end()) return CUDA_ERROR_INVALID_VALUE;
+  munmap(reinterpret_cast<void*>(p), it->second);
+  g_used -= it->second;
+  g_allocs->erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult copy(void* dst, const void* src, size_t bytes, CUstream s, bool async, bool per_thread) {
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
+  Stream* st = resolve_stream(s, per_thread);
+  Op op;
+  op.kind = Op::copy;
+  op.dst = dst;
+  op.src = src;
+  op.bytes = bytes;
+  CUresult r = submit(st, op);
+  if (r != CUDA_SUCCESS || async || st->capture) return r;
+  return synchronize_stream(st);
+}
+
+CUresult set(CUdeviceptr dst, uint32_t value, size_t elem, size_t count, CUstream s, bool async, bool per_thread) {
+  if (count == 0) return CUDA_SUCCESS;
+  if (!dst) return CUDA_ERROR_INVALID_VALUE;
+  Stream* st = resolve_stream(s, per_thread);
+  Op op;
+  op.kind = Op::set;
+  op.dst = reinterpret_cast<void*>(dst);
+  op.value = value;
+  op.elem = elem;
+  op.count = count;
+  CUresult r = submit(st, op);
+  if (r != CUDA_SUCCESS || async || st->capture) return r;
+  return synchronize_stream(st);
+}
+
+}  // namespace
+
+bool valid_device_range(CUdeviceptr p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_allocs->upper_bound(p);
+  if (it == g_allocs->begin()) return false;
+  --it;
+  return p + bytes <= it->first + it->second;
+}
+
+}  // namespace simgpu
+
+using namespace simgpu;
+
+SIM_API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) { return allocate(p, bytes, "cuMemAlloc"); }
+SIM_API CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t width, size_t height, unsigned elem) {
+  if (!pitch || elem == 0) return CUDA_ERROR_INVALID_VALUE;
+  *pitch = (width + 511) & ~static_cast<size_t>(511);
+  return allocate(p, *pitch * height, "cuMemAllocPitch");
+}
+SIM_API CUresult cuMemFree_v2(CUdeviceptr p) {
+  synchronize_all();  // cuMemFree synchronizes, as on a real GPU
+  return release(p);
+}
+SIM_API CUresult cuMemAllocManaged(CUdeviceptr* p, size_t bytes, unsigned flags) {
+  (void)flags;
+  return allocate(p, bytes, "cuMemAllocManaged");
+}
+#define ASYNC_PAIR(name, params, call)                                            \
+  SIM_API CUresult name params { const bool per_thread = false; return call; }     \
+  SIM_API CUresult name##_ptsz params { const bool per_thread = true; return call; }
+
+static CUresult alloc_async(CUdeviceptr* p, size_t bytes, CUstream s, bool per_thread) {
+  if (!resolve_stream(s, per_thread)) return CUDA_ERROR_INVALID_HANDLE;
+  return allocate(p, bytes, "cuMemAllocAsync");
+}
+static CUresult free_async(CUdeviceptr p, CUstream s, bool per_thread) {
+  Stream* st = resolve_stream(s, per_thread);
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  if (!valid_device_range(p, 1)) return CUDA_ERROR_INVALID_VALUE;
+  if (!st->capture) synchronize_stream(st);  // stream-ordered: free after the work queued before it
+  return release(p);
+}
+ASYNC_PAIR(cuMemAllocAsync, (CUdeviceptr* p, size_t bytes, CUstream s), alloc_async(p, bytes, s, per_thread))
+ASYNC_PAIR(cuMemAllocFromPoolAsync, (CUdeviceptr* p, size_t bytes, CUmemoryPool pool, CUstream s),
+           alloc_async(p, bytes, s, per_thread))
+ASYNC_PAIR(cuMemFreeAsync, (CUdeviceptr p, CUstream s), free_async(p, s, per_thread))
+
+SIM_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (total) *total = settings().mem_bytes;
+  if (free_bytes) *free_bytes = settings().mem_bytes - g_used;
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemAllocHost_v2(void** p, size_t bytes) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  *p = std::malloc(bytes ? bytes : 1);
+  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+SIM_API CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned flags) {
+  (void)flags;
+  return cuMemAllocHost_v2(p, bytes);
+}
+SIM_API CUresult cuMemFreeHost(void* p) {
+  std::free(p);
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
+  (void)p, (void)bytes, (void)flags;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuMemHostUnregister(void* p) {
+  (void)p;
+  return CUDA_SUCCESS;
+}
+
+// Synchronous copies (the _ptds twins use the per-thread default stream).
+#define SYNC_COPY(name, params, dst, src, bytes)                                                  \
+  SIM_API CUresult name params { return copy(dst, src, bytes, nullptr, false, false); }           \
+  SIM_API CUresult name##_ptds params { return copy(dst, src, bytes, nullptr, false, true); }
+SYNC_COPY(cuMemcpyHtoD_v2, (CUdeviceptr d, const void* h, size_t n), reinterpret_cast<void*>(d), h, n)
+SYNC_COPY(cuMemcpyDtoH_v2, (void* h, CUdeviceptr d, size_t n), h, reinterpret_cast<const void*>(d), n)
+SYNC_COPY(cuMemcpyDtoD_v2, (CUdeviceptr a, CUdeviceptr b, size_t n), reinterpret_cast<void*>(a),
+          reinterpret_cast<const void*>(b), n)
+SYNC_COPY(cuMemcpy, (CUdeviceptr a, CUdeviceptr b, size_t n), reinterpret_cast<void*>(a),
+          reinterpret_cast<const void*>(b), n)
+
+#define ASYNC_COPY(name, params, dst, src, bytes)                                                 \
+  SIM_API CUresult name params { return copy(dst, src, bytes, s, true, false); }                  \
+  SIM_API CUresult name##_ptsz params { return copy(dst, src, bytes, s, true, true); }
+ASYNC_COPY(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void* h, size_t n, CUstream s),
+           reinterpret_cast<void*>(d), h, n)
+ASYNC_COPY(cuMemcpyDtoHAsync_v2, (void* h, CUdeviceptr d, size_t n, CUstream s), h,
+           reinterpret_cast<const void*>(d), n)
+ASYNC_COPY(cuMemcpyDtoDAsync_v2, (CUdeviceptr a, CUdeviceptr b, size_t n, CUstream s),
+           reinterpret_cast<void*>(a), reinterpret_cast<const void*>(b), n)
+ASYNC_COPY(cuMemcpyAsync, (CUdeviceptr a, CUdeviceptr b, size_t n, CUstream s), reinterpret_cast<void*>(a),
+           reinterpret_cast<const void*>(b), n)
+
+#define SYNC_SET(name, type, elem)                                                                     \
+  SIM_API CUresult name(CUdeviceptr d, type v, size_t n) { return set(d, v, elem, n, nullptr, false, false); } \
+  SIM_API CUresult name##_ptds(CUdeviceptr d, type v, size_t n) { return set(d, v, elem, n, nullptr, false, true); }
+SYNC_SET(cuMemsetD8_v2, unsigned char, 1)
+SYNC_SET(cuMemsetD16_v2, unsigned short, 2)
+SYNC_SET(cuMemsetD32_v2, unsigned int, 4)
+#define ASYNC_SET(name, type, elem)                                                                   \
+  SIM_API CUresult name(CUdeviceptr d, type v, size_t n, CUstream s) { return set(d, v, elem, n, s, true, false); } \
+  SIM_API CUresult name##_ptsz(CUdeviceptr d, type v, size_t n, CUstream s) { return set(d, v, elem, n, s, true, true); }
+ASYNC_SET(cuMemsetD8Async, unsigned char, 1)
+ASYNC_SET(cuMemsetD16Async, unsigned short, 2)
+ASYNC_SET(cuMemsetD32Async, unsigned int, 4)
+
+SIM_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  bool device = valid_device_range(p, 1);
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = p; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  if (!pool || !valid_device(dev)) return CUDA_ERROR_INVALID_VALUE;
+  static int dummy;
+  *pool = reinterpret_cast<CUmemoryPool>(&dummy);
+  return CUDA_SUCCESS;
+}

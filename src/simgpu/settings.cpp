@@ -1,0 +1,135 @@
+// SIMGPU_* settings (one table, documented in docs/simgpu.md), logging and failure injection.
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
+
+#include "sim.h"
+
+namespace simgpu {
+
+namespace {
+
+struct Row {
+  const char* name;
+  const char* def;
+  const char* description;
+};
+// The table (also printed in docs/simgpu.md).
+constexpr Row kSettings[] = {
+    {"SIMGPU_DEVICES", "1", "number of simulated GPUs"},
+    {"SIMGPU_SMS", "132", "SMs per GPU (kernels occupy min(grid blocks, SMs))"},
+    {"SIMGPU_MEM_BYTES", "85899345920", "device memory per GPU (80 GiB); larger allocations fail"},
+    {"SIMGPU_NS_PER_WAVE", "2000", "cost of one wave of blocks of a non-spin kernel (ns)"},
+    {"SIMGPU_MIN_KERNEL_NS", "2000", "floor of a non-spin kernel's cost (ns)"},
+    {"SIMGPU_SHARING", "timeslice", "timeslice (processes take turns, as without MPS) or mps"},
+    {"SIMGPU_TIMESLICE_US", "2000", "time slice of a process when others wait (timeslice mode)"},
+    {"SIMGPU_DETERMINISTIC", "0", "1: fixed costs, no jitter"},
+    {"SIMGPU_FAIL", "", "failure injection: <api>:<nth>[,<api>:<nth>...]"},
+    {"SIMGPU_LOG", "warn", "error|warn|info|debug"},
+    {"SIMGPU_SHM", "", "name prefix of the shared-memory segments (default /simgpu-<uid>)"},
+};
+
+const char* value_of(const char* name) {
+  const char* v = std::getenv(name);
+  if (v && *v) return v;
+  for (const Row& r : kSettings)
+    if (std::strcmp(r.name, name) == 0) return r.def;
+  return "";
+}
+
+uint64_t number(const char* name, uint64_t lo, uint64_t hi) {
+  const char* v = value_of(name);
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  if (!end || *end || n < lo || n > hi) {
+    std::fprintf(stderr, "[simgpu %d] warn: %s='%s' is not a number in [%llu, %llu]\n",
+                 static_cast<int>(getpid()), name, v, static_cast<unsigned long long>(lo),
+                 static_cast<unsigned long long>(hi));
+    for (const Row& r : kSettings)
+      if (std::strcmp(r.name, name) == 0) return std::strtoull(r.def, nullptr, 10);
+  }
+  return n;
+}
+
+Settings load() {
+  Settings s;
+  const char* log = value_of("SIMGPU_LOG");
+  s.log = !std::strcmp(log, "error") ? 0 : !std::strcmp(log, "info") ? 2 : !std::strcmp(log, "debug") ? 3 : 1;
+  s.devices = static_cast<int>(number("SIMGPU_DEVICES", 1, 16));
+  s.sms = static_cast<int>(number("SIMGPU_SMS", 1, 1024));
+  s.mem_bytes = number("SIMGPU_MEM_BYTES", 1 << 20, 1ull << 50);
+  s.ns_per_block_wave = number("SIMGPU_NS_PER_WAVE", 0, 1000000000);
+  s.min_kernel_ns = number("SIMGPU_MIN_KERNEL_NS", 0, 1000000000);
+  s.mps = std::strcmp(value_of("SIMGPU_SHARING"), "mps") == 0;
+  s.timeslice_ns = number("SIMGPU_TIMESLICE_US", 10, 10000000) * 1000;
+  s.deterministic = std::strcmp(value_of("SIMGPU_DETERMINISTIC"), "1") == 0;
+  s.shm_prefix = value_of("SIMGPU_SHM");
+  if (s.shm_prefix.empty()) s.shm_prefix = "/simgpu-" + std::to_string(getuid());
+  return s;
+}
+
+std::mutex g_fail_mutex;
+std::map<std::string, std::pair<long, long>>* g_fail;  // api -> (nth, calls so far)
+
+}  // namespace
+
+const Settings& settings() {
+  static const Settings s = load();
+  return s;
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void log(int level, const char* fmt, ...) {
+  if (level > settings().log) return;
+  static const char* names[] = {"error", "warn", "info", "debug"};
+  char line[1024];
+  int n = std::snprintf(line, sizeof line, "[simgpu %d] %s: ", static_cast<int>(getpid()), names[level]);
+  va_list ap;
+  va_start(ap, fmt);
+  n += std::vsnprintf(line + n, sizeof line - static_cast<size_t>(n) - 1, fmt, ap);
+  va_end(ap);
+  if (n > static_cast<int>(sizeof line) - 2) n = sizeof line - 2;
+  line[n++] = '\n';
+  ssize_t ignored = ::write(2, line, static_cast<size_t>(n));
+  (void)ignored;
+}
+
+bool should_fail(const char* api) {
+  const char* spec = std::getenv("SIMGPU_FAIL");
+  if (!spec || !*spec) return false;
+  std::lock_guard<std::mutex> lock(g_fail_mutex);
+  if (!g_fail) {
+    g_fail = new std::map<std::string, std::pair<long, long>>();
+    std::string all = spec;
+    size_t pos = 0;
+    while (pos <= all.size()) {
+      size_t comma = all.find(',', pos);
+      std::string item = all.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      size_t colon = item.find(':');
+      long nth = colon == std::string::npos ? 0 : std::atol(item.c_str() + colon + 1);
+      if (nth > 0) (*g_fail)[item.substr(0, colon)] = {nth, 0};
+      else if (!item.empty()) log(1, "SIMGPU_FAIL item '%s' ignored (want <api>:<nth>, nth >= 1)", item.c_str());
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
+  auto it = g_fail->find(api);
+  if (it == g_fail->end()) return false;
+  if (++it->second.second == it->second.first) {
+    log(1, "SIMGPU_FAIL: failing call %ld of %s", it->second.first, api);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace simgpu

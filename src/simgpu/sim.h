@@ -1,0 +1,238 @@
+// Internal header of the simulated CUDA driver (docs/simgpu.md). One object model for all
+// files: contexts, modules/functions, streams with an in-order worker each, events, graphs,
+// allocations. Handles given to programs are pointers to these objects.
+#pragma once
+#include <cuda.h>
+
+// Every ABI symbol is named explicitly; cuda.h's renaming macros must not rewrite them.
+#undef cuMemAlloc
+#undef cuMemAllocPitch
+#undef cuMemFree
+#undef cuMemGetInfo
+#undef cuDeviceTotalMem
+#undef cuGetProcAddress
+#undef cuGraphInstantiate
+#undef cuGraphExecUpdate
+#undef cuStreamBeginCapture
+#undef cuStreamBeginCaptureToGraph
+#undef cuStreamEndCapture
+#undef cuStreamIsCapturing
+#undef cuLaunchKernel
+#undef cuLaunchKernelEx
+#undef cuLaunchCooperativeKernel
+#undef cuGraphLaunch
+#undef cuGraphInstantiateWithParams
+#undef cuMemAllocAsync
+#undef cuMemFreeAsync
+#undef cuMemAllocFromPoolAsync
+#undef cuCtxCreate
+#undef cuCtxDestroy
+#undef cuCtxPushCurrent
+#undef cuCtxPopCurrent
+#undef cuStreamDestroy
+#undef cuEventDestroy
+#undef cuEventElapsedTime
+#undef cuModuleGetGlobal
+#undef cuMemAllocHost
+#undef cuMemHostGetDevicePointer
+#undef cuMemcpyHtoD
+#undef cuMemcpyDtoH
+#undef cuMemcpyDtoD
+#undef cuMemcpyHtoDAsync
+#undef cuMemcpyDtoHAsync
+#undef cuMemcpyDtoDAsync
+#undef cuMemcpy
+#undef cuMemcpyAsync
+#undef cuMemsetD8
+#undef cuMemsetD16
+#undef cuMemsetD32
+#undef cuMemsetD8Async
+#undef cuMemsetD16Async
+#undef cuMemsetD32Async
+#undef cuStreamGetCaptureInfo
+#undef cuStreamQuery
+#undef cuStreamSynchronize
+#undef cuStreamWaitEvent
+#undef cuEventRecord
+#undef cuEventRecordWithFlags
+#undef cuLaunchHostFunc
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxSetFlags
+#undef cuDeviceGetUuid
+#undef cuCtxSynchronize
+#undef cuGraphKernelNodeGetParams
+#undef cuGraphAddKernelNode
+#undef cuStreamGetFlags
+#undef cuStreamGetPriority
+#undef cuStreamGetCtx
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define SIM_API extern "C" __attribute__((visibility("default")))
+
+namespace simgpu {
+
+// ---- settings (settings.cpp) ----
+struct Settings {
+  int devices = 1;
+  int sms = 132;
+  uint64_t mem_bytes = 80ull << 30;
+  uint64_t ns_per_block_wave = 2000;  // cost of one wave of blocks of a non-spin kernel
+  uint64_t min_kernel_ns = 2000;
+  bool mps = false;                   // SIMGPU_SHARING=mps; default timeslice
+  uint64_t timeslice_ns = 2000000;
+  bool deterministic = false;
+  int log = 1;                        // 0 error, 1 warn, 2 info, 3 debug
+  std::string shm_prefix;             // SIMGPU_SHM
+};
+const Settings& settings();
+void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+uint64_t now_ns();
+
+// ---- failure injection (settings.cpp): SIMGPU_FAIL=<api>:<nth>[,...] ----
+bool should_fail(const char* api);
+
+// ---- device / context (device.cpp) ----
+struct Context {
+  uint32_t magic = 0x43545854;
+  int device = 0;
+  unsigned flags = 0;
+  bool primary = false;
+};
+Context* current_context();
+Context* primary_context(int device);
+bool valid_device(CUdevice d);
+bool initialized();
+
+// ---- modules (module.cpp) ----
+struct Module;
+struct Function {
+  uint32_t magic = 0x46554e43;
+  Module* module = nullptr;
+  std::string name;
+  bool nccl = false;
+  bool spin = false;
+};
+Function* as_function(const void* handle);  // CUfunction or CUkernel, or nullptr
+bool is_nccl_name(const std::string& name);
+
+// ---- execution engine (engine.cpp) ----
+struct Stream;
+struct Event {
+  uint32_t magic = 0x45564e54;
+  unsigned flags = 0;
+  std::mutex m;
+  Stream* stream = nullptr;  // where it was last recorded
+  uint64_t seq = 0;          // completes when stream->completed >= seq
+  std::atomic<int64_t> time_ns{-1};
+  bool recorded = false;
+  bool captured = false;     // recorded inside a capture: cannot be queried
+};
+
+struct KernelLaunch {
+  Function* fn = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned smem = 0;
+  uint64_t first_arg = 0;  // the first 8 bytes of the first argument (spin duration)
+};
+
+struct Op {
+  enum Kind { kernel, copy, set, record, wait, host, free_mem } kind = kernel;
+  KernelLaunch launch;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0, elem = 1, count = 0;
+  uint32_t value = 0;
+  Event* event = nullptr;
+  Stream* wait_stream = nullptr;
+  uint64_t wait_seq = 0;
+  CUhostFn host_fn = nullptr;
+  void* host_data = nullptr;
+};
+
+struct Graph;
+struct Capture {
+  Graph* graph = nullptr;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  bool invalidated = false;
+  uint64_t id = 0;
+};
+
+struct Stream {
+  uint32_t magic = 0x5354524d;
+  bool blocking = true;   // synchronizes with the legacy stream
+  bool legacy = false;
+  int priority = 0;
+  unsigned flags = 0;
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<Op> queue;
+  uint64_t enqueued = 0;
+  std::atomic<uint64_t> completed{0};
+  std::atomic<int> running_kernels{0};
+  std::thread worker;
+  bool stop = false;
+  pid_t owner_pid = 0;
+  Capture* capture = nullptr;  // non-null while capturing
+};
+
+// Resolves a stream handle as seen by an entry point (`per_thread`: a _ptsz/_ptds entry).
+Stream* resolve_stream(CUstream s, bool per_thread);
+Stream* legacy_stream();
+Stream* create_stream(unsigned flags, int priority);
+void destroy_stream(Stream* s);
+// Enqueues (or records into the capture). Returns an error for capture violations.
+CUresult submit(Stream* s, Op op);
+CUresult synchronize_stream(Stream* s);
+CUresult query_stream(Stream* s);
+CUresult synchronize_all();
+
+// ---- contention between processes (contention.cpp) ----
+// Runs one kernel of `duration_ns` occupying `sms` SMs, honouring the sharing mode.
+void run_on_gpu(int device, uint64_t duration_ns, unsigned sms);
+// Called when a kernel is queued; run_on_gpu() accounts for it when it has run.
+void kernel_queued();
+
+// ---- kernel cost (engine.cpp) ----
+uint64_t kernel_cost_ns(const KernelLaunch& k);
+
+// ---- graphs and capture (graph.cpp) ----
+struct GraphNode {
+  uint32_t magic = 0x474e4f44;
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  Op op;  // what it does when the graph runs
+  Graph* child = nullptr;
+  CUDA_KERNEL_NODE_PARAMS kparams{};
+};
+struct Graph {
+  uint32_t magic = 0x47524150;
+  std::vector<std::unique_ptr<GraphNode>> nodes;
+};
+struct GraphExec {
+  uint32_t magic = 0x47455845;
+  std::vector<Op> ops;  // flattened, in insertion order (a valid topological order)
+};
+bool capture_is_global_active();
+void record_into_capture(Stream* s, const Op& op);
+CUresult invalidate_capture(Stream* s, CUresult why);
+
+// ---- memory (memory.cpp) ----
+bool valid_device_range(CUdeviceptr p, size_t bytes);
+
+}  // namespace simgpu
+
+#define SIM_FAIL_POINT(api, error) \
+  do {                              \
+    if (::simgpu::should_fail(api)) return (error); \
+  } while (0)
