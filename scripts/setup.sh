@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what tandem needs to build (Debian packages; the CUDA toolkit must be present),
+# then configures and builds into build/. Idempotent; fast when nothing changed.
+# Extra CMake arguments: TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON" scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages="build-essential cmake catch2 libfmt-dev nlohmann-json3-dev libunwind-dev python3"
+missing=""
+for p in $packages; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq $missing >/dev/null
+  else
+    echo "setup: missing Debian packages:$missing" >&2
+    echo "setup: install them with: sudo apt-get install -y$missing" >&2
+    exit 1
+  fi
+fi
+
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -f "$cuda_home/include/cuda.h" ]; then
+  echo "setup: the CUDA toolkit was not found at $cuda_home (set CUDA_HOME); tandem needs its headers and nvcc" >&2
+  exit 1
+fi
+export PATH="$cuda_home/bin:$PATH"
+
+# shellcheck disable=SC2086
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_HOME="$cuda_home" ${TANDEM_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j"$(nproc)"
