@@ -1,0 +1,198 @@
+// Checks of the simulated driver itself (no libtandem): spin accuracy, image names, capture
+// error codes, failure injection, VMM sharing across processes, time-slice contention.
+// Usage: simgpu_checks FATBIN CHECK   (CHECK: spin | names | capture | fail | vmm | contention)
+#include <cuda.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#define CHECK(cond)                                                       \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      std::exit(1);                                                       \
+    }                                                                     \
+  } while (0)
+#define CK(call) CHECK((call) == CUDA_SUCCESS)
+
+static CUfunction g_spin;
+static CUmodule g_mod;
+
+static void setup(const char* fatbin) {
+  CUcontext ctx;
+  CK(cuInit(0));
+  CK(cuDevicePrimaryCtxRetain(&ctx, 0));
+  CK(cuCtxSetCurrent(ctx));
+  CK(cuModuleLoad(&g_mod, fatbin));
+  CK(cuModuleGetFunction(&g_spin, g_mod, "spin_kernel"));
+}
+
+static double run_spins(int n, unsigned long long ns) {
+  void* params[] = {&ns};
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) CK(cuLaunchKernel(g_spin, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  CK(cuCtxSynchronize());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+static void send_fd(int sock, int fd) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  CHECK(sendmsg(sock, &msg, 0) == 1);
+}
+
+static int recv_fd(int sock) {
+  char byte;
+  iovec iov{&byte, 1};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  CHECK(recvmsg(sock, &msg, 0) == 1);
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof fd);
+  return fd;
+}
+
+int main(int argc, char** argv) {
+  CHECK(argc == 3);
+  std::string check = argv[2];
+  if (check == "vmm" || check == "contention") {
+    // fork before any CUDA use: each process is its own CUDA user
+  } else {
+    setup(argv[1]);
+  }
+  if (check == "spin") {
+    double t = run_spins(20, 2000000);  // 20 x 2 ms
+    std::printf("20 x 2 ms spin kernels: %.1f ms\n", t * 1e3);
+    CHECK(t >= 0.040 && t < 0.040 * 1.5);
+  } else if (check == "names") {
+    CUfunction f;
+    CHECK(cuModuleGetFunction(&f, g_mod, "no_such_kernel") == CUDA_ERROR_NOT_FOUND);
+    CK(cuModuleGetFunction(&f, g_mod, "ncclDevKernel_AllReduce_Sum_f32_spin"));
+    const char* name = nullptr;
+    CK(cuFuncGetName(&name, f));
+    CHECK(std::string(name) == "ncclDevKernel_AllReduce_Sum_f32_spin");
+  } else if (check == "capture") {
+    CUstream s, other;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CK(cuStreamCreate(&other, 0));
+    unsigned long long ns = 1000;
+    void* params[] = {&ns};
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CK(cuLaunchKernel(g_spin, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr));
+    CUstreamCaptureStatus st;
+    CK(cuStreamIsCapturing(s, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    CHECK(cuStreamIsCapturing(nullptr, &st) == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    CUevent ev;
+    CK(cuEventCreate(&ev, 0));
+    CK(cuEventRecord(ev, s));
+    CHECK(cuEventQuery(ev) == CUDA_ERROR_CAPTURED_EVENT);
+    CHECK(cuStreamQuery(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CUgraph g;
+    CHECK(cuStreamEndCapture(s, &g) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    // The legacy stream may not be used while a global capture is open.
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuLaunchKernel(g_spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    CHECK(cuStreamEndCapture(s, &g) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  } else if (check == "fail") {
+    // Run with SIMGPU_FAIL=cuMemAlloc:2,cuLaunchKernel:3
+    CUdeviceptr p;
+    CK(cuMemAlloc(&p, 4096));
+    CHECK(cuMemAlloc(&p, 4096) == CUDA_ERROR_OUT_OF_MEMORY);
+    CK(cuMemAlloc(&p, 4096));
+    unsigned long long ns = 10;
+    void* params[] = {&ns};
+    CK(cuLaunchKernel(g_spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+    CK(cuLaunchKernel(g_spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+    CHECK(cuLaunchKernel(g_spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) == CUDA_ERROR_LAUNCH_FAILED);
+  } else if (check == "vmm") {
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    pid_t pid = fork();
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t size = 2 << 20;
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    setup(argv[1]);
+    CUdeviceptr va;
+    CK(cuMemAddressReserve(&va, size, 0, 0, 0));
+    CUmemGenericAllocationHandle h;
+    if (pid == 0) {  // exporter: writes, sends the fd, waits for the importer's answer
+      CK(cuMemCreate(&h, size, &prop, 0));
+      int fd = -1;
+      CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+      CK(cuMemMap(va, size, 0, h, 0));
+      CK(cuMemSetAccess(va, size, &access, 1));
+      CK(cuMemsetD32(va, 0xabcd1234, size / 4));
+      send_fd(sv[0], fd);
+      char done;
+      CHECK(read(sv[0], &done, 1) == 1);
+      unsigned v;
+      CK(cuMemcpyDtoH(&v, va + 4096, 4));
+      _exit(v == 0x5678 ? 0 : 3);
+    }
+    int fd = recv_fd(sv[1]);
+    CK(cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    CK(cuMemMap(va, size, 0, h, 0));
+    CK(cuMemSetAccess(va, size, &access, 1));
+    unsigned v = 0;
+    CK(cuMemcpyDtoH(&v, va, 4));
+    CHECK(v == 0xabcd1234);  // the exporter's bytes
+    unsigned w = 0x5678;
+    CK(cuMemcpyHtoD(va + 4096, &w, 4));
+    CHECK(write(sv[1], "x", 1) == 1);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CK(cuMemUnmap(va, size));
+    CK(cuMemRelease(h));
+  } else if (check == "contention") {
+    // Alone, then two processes at once: in timeslice mode each sees about twice the time.
+    setup(argv[1]);
+    double alone = run_spins(10, 5000000);
+    int p[2];
+    CHECK(pipe(p) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      double t = run_spins(10, 5000000);
+      CHECK(write(p[1], &t, sizeof t) == sizeof t);
+      _exit(0);
+    }
+    double mine = run_spins(10, 5000000);
+    double theirs;
+    CHECK(read(p[0], &theirs, sizeof theirs) == sizeof theirs);
+    waitpid(pid, nullptr, 0);
+    double together = (mine + theirs) / 2;
+    std::printf("alone %.1f ms, together %.1f ms (ratio %.2f)\n", alone * 1e3, together * 1e3, together / alone);
+    CHECK(together / alone > 1.5 && together / alone < 2.6);
+  } else {
+    CHECK(!"unknown check");
+  }
+  std::printf("simgpu %s: ok\n", check.c_str());
+  return 0;
+}
