@@ -1,0 +1,38 @@
+// tandem's socket protocol (DESIGN §7): a fixed header {type, length} then `length` bytes of
+// payload (JSON text). The length is validated before any payload byte is read. Errors come
+// back as `error` replies carrying {"errno": int, "message": str}.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tandem {
+
+enum class MessageType : uint32_t {
+  hello = 1,           // client -> daemon: {"pid": int, "role": str}; the pid must be the peer's
+  hello_ok = 2,        // daemon -> client: {"client_id": int}
+  status_request = 3,  // any -> daemon: {}
+  status_reply = 4,    // daemon -> client: the status document (docs/daemon.md)
+  error = 0xFFFF,      // daemon -> client: {"errno": int, "message": str}
+};
+
+struct MessageHeader {
+  uint32_t type;
+  uint32_t length;
+};
+
+constexpr uint32_t kMaxPayload = 64 * 1024;
+
+enum class RecvStatus { ok, closed, too_large, truncated, timeout, io_error };
+const char* recv_status_name(RecvStatus s) noexcept;
+
+// Sends one whole message (retries on EINTR and partial writes, never raises SIGPIPE).
+bool send_message(int fd, MessageType type, std::string_view payload) noexcept;
+
+// Receives one message, waiting at most `timeout_ms` for each part (-1: no limit).
+RecvStatus recv_message(int fd, MessageHeader& header, std::string& payload, int timeout_ms);
+
+// Sends an error reply.
+bool send_error(int fd, int error_number, std::string_view message) noexcept;
+
+}  // namespace tandem

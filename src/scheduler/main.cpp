@@ -1,0 +1,106 @@
+// tandemd: the node daemon. Usage in `tandemd --help`.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "log.h"
+#include "server.h"
+#include "settings.h"
+
+extern char** environ;
+
+namespace {
+
+const char* kUsage =
+    "usage: tandemd [--socket PATH] [--policy fill] [--foreground] [--config FILE] [--log LEVEL]\n"
+    "  --socket PATH   UNIX socket (default: TANDEM_SOCKET, else /run/tandem/tandemd.sock)\n"
+    "  --policy NAME   scheduling policy: fill (default)\n"
+    "  --foreground    stay in the foreground (default: daemonize)\n"
+    "  --config FILE   JSON object with the same keys: socket, policy, foreground, log\n"
+    "  --log LEVEL     error | warn | info | debug (default: TANDEM_LOG, else info)\n";
+
+tandem::scheduler::Server* g_server = nullptr;
+void on_signal(int) {
+  if (g_server) g_server->stop();
+}
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "tandemd: %s\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+bool valid_policy(const std::string& p) { return p == "fill"; }
+
+int level_of(const std::string& name) {
+  const char* names[] = {"error", "warn", "info", "debug"};
+  for (int i = 0; i < 4; ++i)
+    if (name == names[i]) return i;
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tandem::load_settings(environ, [](const char* m) noexcept { std::fprintf(stderr, "tandemd: %s\n", m); });
+  tandem::scheduler::ServerOptions options;
+  options.socket_path = tandem::setting_text(tandem::SettingId::TANDEM_SOCKET);
+  bool foreground = false;
+  std::string log = tandem::setting_was_set(tandem::SettingId::TANDEM_LOG)
+                        ? tandem::setting_text(tandem::SettingId::TANDEM_LOG) : "info";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) fail("missing value for " + a);
+      return argv[++i];
+    };
+    if (a == "--socket") options.socket_path = value();
+    else if (a == "--policy") options.policy = value();
+    else if (a == "--foreground") foreground = true;
+    else if (a == "--log") log = value();
+    else if (a == "--config") {
+      std::string path = value();
+      std::ifstream f(path);
+      if (!f) fail("cannot read config file " + path);
+      nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) fail(path + " is not a JSON object");
+      for (auto& [key, v] : j.items()) {
+        if (key == "socket" && v.is_string()) options.socket_path = v.get<std::string>();
+        else if (key == "policy" && v.is_string()) options.policy = v.get<std::string>();
+        else if (key == "foreground" && v.is_boolean()) foreground = v.get<bool>();
+        else if (key == "log" && v.is_string()) log = v.get<std::string>();
+        else fail("config " + path + ": unknown key or wrong type: " + key);
+      }
+    } else if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else fail("unknown argument " + a);
+  }
+  if (!valid_policy(options.policy)) fail("unknown policy '" + options.policy + "' (accepted: fill)");
+  if (level_of(log) < 0) fail("unknown log level '" + log + "'");
+  tandem::set_log_level(static_cast<tandem::LogLevel>(level_of(log)));
+
+  tandem::scheduler::Server server(options);
+  std::string error;
+  if (!server.open(error)) {
+    std::fprintf(stderr, "tandemd: %s\n", error.c_str());
+    return 1;
+  }
+  if (!foreground && daemon(1, 0) != 0) {
+    std::fprintf(stderr, "tandemd: cannot daemonize: %s\n", std::strerror(errno));
+    return 1;
+  }
+  g_server = &server;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  server.run();
+  TANDEM_LOG_INFO("tandemd stopping");
+  return 0;  // ~Server removes the socket
+}

@@ -1,0 +1,31 @@
+// The daemon's clients, one per connection, identified by the kernel (SO_PEERCRED).
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace tandem::scheduler {
+
+struct Client {
+  int fd = -1;
+  pid_t pid = 0;  // from SO_PEERCRED: a client acts only for its own pid
+  uid_t uid = 0;
+  std::string role = "none";
+  bool registered = false;  // a valid hello was received
+  uint64_t connected_ns = 0;
+};
+
+class Registry {
+ public:
+  Client& add(int fd, pid_t pid, uid_t uid, uint64_t now_ns);
+  void remove(int fd);
+  Client* find(int fd);
+  const std::map<int, Client>& clients() const { return clients_; }
+
+ private:
+  std::map<int, Client> clients_;  // by connection fd
+};
+
+}  // namespace tandem::scheduler

@@ -1,0 +1,195 @@
+#include "server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "log.h"
+
+#ifndef TANDEM_VERSION_STRING
+#define TANDEM_VERSION_STRING "0.0.0"
+#endif
+
+namespace tandem::scheduler {
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+namespace {
+
+constexpr int kClientTimeoutMs = 1000;  // a client that starts a message must finish it
+
+bool make_address(const std::string& path, sockaddr_un& addr) {
+  std::memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  return true;
+}
+
+// True when a daemon answers on `path`.
+bool daemon_answers(const sockaddr_un& addr) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool live = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return live;
+}
+
+void make_parent_dir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return;
+  std::string dir = path.substr(0, slash);
+  for (size_t p = 1; p <= dir.size(); ++p)
+    if (p == dir.size() || dir[p] == '/') mkdir(dir.substr(0, p).c_str(), 0755);
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options) : options_(std::move(options)) {}
+
+Server::~Server() {
+  for (const auto& [fd, client] : registry_.clients()) close(fd);
+  if (listen_fd_ >= 0) {
+    close(listen_fd_);
+    unlink(options_.socket_path.c_str());
+  }
+  for (int fd : wake_pipe_)
+    if (fd >= 0) close(fd);
+}
+
+bool Server::open(std::string& error) {
+  sockaddr_un addr;
+  if (!make_address(options_.socket_path, addr)) {
+    error = "socket path '" + options_.socket_path + "' is empty or too long";
+    return false;
+  }
+  if (daemon_answers(addr)) {
+    error = "another tandemd is already serving " + options_.socket_path;
+    return false;
+  }
+  make_parent_dir(options_.socket_path);
+  unlink(options_.socket_path.c_str());  // a stale socket file from a daemon that died
+  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      chmod(options_.socket_path.c_str(), 0660) != 0 || listen(listen_fd_, 64) != 0) {
+    error = "cannot listen on " + options_.socket_path + ": " + std::strerror(errno);
+    return false;
+  }
+  if (pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    error = std::string("pipe: ") + std::strerror(errno);
+    return false;
+  }
+  started_ns_ = monotonic_ns();
+  TANDEM_LOG_INFO("tandemd listening on {} (policy {})", options_.socket_path, options_.policy);
+  return true;
+}
+
+void Server::stop() {
+  stopping_.store(true);
+  char byte = 1;
+  ssize_t ignored = write(wake_pipe_[1], &byte, 1);  // async-signal-safe
+  (void)ignored;
+}
+
+void Server::run() {
+  while (!stopping_.load()) {
+    std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+    for (const auto& [fd, client] : registry_.clients()) fds.push_back({fd, POLLIN, 0});
+    int n = poll(fds.data(), fds.size(), 1000);
+    if (n < 0 && errno != EINTR) {
+      TANDEM_LOG_ERROR("poll: {}", std::strerror(errno));
+      break;
+    }
+    if (n <= 0) continue;
+    if (fds[0].revents & POLLIN) accept_client();
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      Client* c = registry_.find(fds[i].fd);
+      if (c && !handle(*c)) disconnect(fds[i].fd);
+    }
+  }
+}
+
+void Server::accept_client() {
+  int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    close(fd);
+    return;
+  }
+  registry_.add(fd, cred.pid, cred.uid, monotonic_ns());
+  TANDEM_LOG_DEBUG("client connected: pid {} uid {}", cred.pid, cred.uid);
+}
+
+void Server::disconnect(int fd) {
+  if (Client* c = registry_.find(fd)) TANDEM_LOG_DEBUG("client pid {} gone", c->pid);
+  registry_.remove(fd);
+  close(fd);
+}
+
+bool Server::handle(Client& client) {
+  MessageHeader header{};
+  std::string payload;
+  RecvStatus s = recv_message(client.fd, header, payload, kClientTimeoutMs);
+  if (s == RecvStatus::closed) return false;
+  if (s != RecvStatus::ok) {
+    TANDEM_LOG_WARN("client pid {}: {}; disconnecting", client.pid, recv_status_name(s));
+    send_error(client.fd, s == RecvStatus::too_large ? EMSGSIZE : EPROTO, recv_status_name(s));
+    return false;
+  }
+  switch (static_cast<MessageType>(header.type)) {
+    case MessageType::hello: return handle_hello(client, payload);
+    case MessageType::status_request: return send_message(client.fd, MessageType::status_reply, status_json());
+    default:
+      return send_error(client.fd, EBADMSG, "unknown message type " + std::to_string(header.type));
+  }
+}
+
+bool Server::handle_hello(Client& client, const std::string& payload) {
+  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer())
+    return send_error(client.fd, EINVAL, "hello needs a JSON object with an integer pid");
+  if (j["pid"].get<long>() != client.pid)
+    return send_error(client.fd, EPERM, "a client may act only for its own pid (" + std::to_string(client.pid) + ")");
+  std::string role = j.value("role", std::string("none"));
+  if (role != "none" && role != "training" && role != "inference" && role != "batch-inference")
+    return send_error(client.fd, EINVAL, "unknown role '" + role + "'");
+  client.role = role;
+  client.registered = true;
+  return send_message(client.fd, MessageType::hello_ok, nlohmann::json{{"client_id", client.fd}}.dump());
+}
+
+std::string Server::status_json() const {
+  uint64_t now = monotonic_ns();
+  nlohmann::json clients = nlohmann::json::array();
+  for (const auto& [fd, c] : registry_.clients()) {
+    if (!c.registered) continue;
+    clients.push_back({{"pid", c.pid}, {"uid", c.uid}, {"role", c.role},
+                       {"connected_s", static_cast<double>(now - c.connected_ns) / 1e9}});
+  }
+  nlohmann::json j = {{"daemon",
+                       {{"pid", getpid()},
+                        {"version", TANDEM_VERSION_STRING},
+                        {"policy", options_.policy},
+                        {"socket", options_.socket_path},
+                        {"uptime_s", static_cast<double>(now - started_ns_) / 1e9}}},
+                      {"clients", clients}};
+  return j.dump();
+}
+
+}  // namespace tandem::scheduler

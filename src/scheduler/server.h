@@ -1,0 +1,49 @@
+// tandemd's socket server: a single-threaded poll loop over the listening UNIX socket and
+// its clients, one handler per message type. Malformed input gets an error reply or a
+// disconnect; the daemon keeps serving everyone else.
+#pragma once
+#include <atomic>
+#include <string>
+
+#include "protocol.h"
+#include "registry.h"
+
+namespace tandem::scheduler {
+
+struct ServerOptions {
+  std::string socket_path;
+  std::string policy = "fill";
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+
+  // Binds the socket. Fails (with `error`) when another live daemon answers on it; a stale
+  // socket file is replaced.
+  bool open(std::string& error);
+  // Serves until stop() (thread- and signal-safe) is called.
+  void run();
+  void stop();
+  // The status document (docs/daemon.md).
+  std::string status_json() const;
+
+ private:
+  void accept_client();
+  // False when the client must be disconnected.
+  bool handle(Client& client);
+  bool handle_hello(Client& client, const std::string& payload);
+  void disconnect(int fd);
+
+  ServerOptions options_;
+  int listen_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};
+  std::atomic<bool> stopping_{false};
+  Registry registry_;
+  uint64_t started_ns_ = 0;
+};
+
+uint64_t monotonic_ns();
+
+}  // namespace tandem::scheduler

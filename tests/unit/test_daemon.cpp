@@ -1,0 +1,108 @@
+// The daemon's server in-process, over a real UNIX socket.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "protocol.h"
+#include "server.h"
+
+using namespace tandem;
+
+namespace {
+
+int connect_to(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+nlohmann::json ask(int fd, MessageType type, const std::string& payload, uint32_t* reply_type = nullptr) {
+  REQUIRE(send_message(fd, type, payload));
+  MessageHeader h{};
+  std::string reply;
+  REQUIRE(recv_message(fd, h, reply, 2000) == RecvStatus::ok);
+  if (reply_type) *reply_type = h.type;
+  return nlohmann::json::parse(reply);
+}
+
+struct RunningServer {
+  std::string path;
+  scheduler::Server server;
+  std::thread thread;
+  explicit RunningServer(const std::string& p) : path(p), server(scheduler::ServerOptions{p, "fill"}) {
+    std::string error;
+    REQUIRE(server.open(error));
+    thread = std::thread([this] { server.run(); });
+  }
+  ~RunningServer() {
+    server.stop();
+    thread.join();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("daemon: hello identifies by SO_PEERCRED, errors keep the connection, status lists clients") {
+  std::string path = "/tmp/tandem-unit-" + std::to_string(getpid()) + ".sock";
+  RunningServer rs(path);
+  int a = connect_to(path);
+  uint32_t type = 0;
+  auto ok = ask(a, MessageType::hello, nlohmann::json{{"pid", getpid()}, {"role", "training"}}.dump(), &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::hello_ok));
+
+  // Claiming another pid is refused, and the connection still works.
+  auto refused = ask(a, MessageType::hello, nlohmann::json{{"pid", getpid() + 1}, {"role", "training"}}.dump(), &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::error));
+  CHECK(refused["message"].get<std::string>().find("own pid") != std::string::npos);
+  auto unknown = ask(a, static_cast<MessageType>(77), "{}", &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::error));
+  auto garbage = ask(a, MessageType::hello, "not json", &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::error));
+
+  // A client sending an oversized frame is dropped; the others are still served.
+  int b = connect_to(path);
+  MessageHeader huge{1, kMaxPayload + 100};
+  REQUIRE(write(b, &huge, sizeof huge) == sizeof huge);
+  MessageHeader h{};
+  std::string reply;
+  REQUIRE(recv_message(b, h, reply, 2000) == RecvStatus::ok);
+  CHECK(h.type == static_cast<uint32_t>(MessageType::error));
+  CHECK(recv_message(b, h, reply, 2000) == RecvStatus::closed);
+  close(b);
+
+  auto status = ask(a, MessageType::status_request, "{}", &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::status_reply));
+  REQUIRE(status["clients"].size() == 1);
+  CHECK(status["clients"][0]["pid"] == getpid());
+  CHECK(status["clients"][0]["role"] == "training");
+  CHECK(status["daemon"]["policy"] == "fill");
+  close(a);
+
+  // A closed client disappears from the status.
+  int c = connect_to(path);
+  for (int i = 0; i < 50; ++i) {
+    status = ask(c, MessageType::status_request, "{}");
+    if (status["clients"].empty()) break;
+    usleep(20000);
+  }
+  CHECK(status["clients"].empty());
+  close(c);
+}
+
+TEST_CASE("daemon: a second server on a live socket is refused") {
+  std::string path = "/tmp/tandem-unit2-" + std::to_string(getpid()) + ".sock";
+  RunningServer rs(path);
+  scheduler::Server second(scheduler::ServerOptions{path, "fill"});
+  std::string error;
+  CHECK_FALSE(second.open(error));
+  CHECK(error.find("already serving") != std::string::npos);
+}
