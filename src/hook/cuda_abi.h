@@ -1,29 +1,6 @@
-// cuda.h with its renaming macros removed. cuda.h maps API names onto versioned symbols
-// (`cuMemAlloc` -> `cuMemAlloc_v2`, `cuGetProcAddress` -> `cuGetProcAddress_v2`); tandem
-// names every ABI symbol explicitly, so the macros must not rewrite our definitions.
+// The driver API as the hook names it: exact ABI symbols (see cuda_abi_names.h).
 #pragma once
-#include <cuda.h>
-
-#undef cuMemAlloc
-#undef cuMemAllocPitch
-#undef cuMemFree
-#undef cuMemGetInfo
-#undef cuDeviceTotalMem
-#undef cuGetProcAddress
-#undef cuGraphInstantiate
-#undef cuGraphExecUpdate
-#undef cuStreamBeginCapture
-#undef cuStreamBeginCaptureToGraph
-#undef cuStreamEndCapture
-#undef cuStreamIsCapturing
-#undef cuLaunchKernel
-#undef cuLaunchKernelEx
-#undef cuLaunchCooperativeKernel
-#undef cuGraphLaunch
-#undef cuGraphInstantiateWithParams
-#undef cuMemAllocAsync
-#undef cuMemFreeAsync
-#undef cuMemAllocFromPoolAsync
+#include "cuda_abi_names.h"
 
 // Legacy and per-thread-stream symbols that cuda.h declares only for its own build.
 extern "C" {

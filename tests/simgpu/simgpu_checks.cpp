@@ -12,26 +12,13 @@
 #include <cstring>
 #include <string>
 
-#define CHECK(cond)                                                       \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      std::exit(1);                                                       \
-    }                                                                     \
-  } while (0)
-#define CK(call) CHECK((call) == CUDA_SUCCESS)
+#include "../fixtures/fixture.h"
+
 
 static CUfunction g_spin;
 static CUmodule g_mod;
 
-static void setup(const char* fatbin) {
-  CUcontext ctx;
-  CK(cuInit(0));
-  CK(cuDevicePrimaryCtxRetain(&ctx, 0));
-  CK(cuCtxSetCurrent(ctx));
-  CK(cuModuleLoad(&g_mod, fatbin));
-  CK(cuModuleGetFunction(&g_spin, g_mod, "spin_kernel"));
-}
+static void setup(const char* fatbin) { g_spin = load_kernel(fatbin, "spin_kernel", &g_mod); }
 
 static double run_spins(int n, unsigned long long ns) {
   void* params[] = {&ns};
