@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 namespace tandem {
@@ -64,6 +65,64 @@ RecvStatus recv_message(int fd, MessageHeader& header, std::string& payload, int
   RecvStatus s = read_all(fd, reinterpret_cast<char*>(&header), sizeof header, timeout_ms, false);
   if (s != RecvStatus::ok) return s;
   if (header.length > kMaxPayload) return RecvStatus::too_large;  // before reading a byte of it
+  payload.resize(header.length);
+  return header.length ? read_all(fd, payload.data(), header.length, timeout_ms, true) : RecvStatus::ok;
+}
+
+bool send_message_with_fd(int fd, MessageType type, std::string_view payload, int passed_fd) noexcept {
+  if (payload.size() > kMaxPayload) return false;
+  MessageHeader h{static_cast<uint32_t>(type), static_cast<uint32_t>(payload.size())};
+  // The descriptor rides on the header's bytes; the payload follows as a normal write.
+  iovec iov{&h, sizeof h};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &passed_fd, sizeof passed_fd);
+  ssize_t n;
+  do {
+    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof h)) return false;
+  return write_all(fd, payload.data(), payload.size());
+}
+
+RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payload, int& passed_fd,
+                                int timeout_ms) {
+  passed_fd = -1;
+  pollfd p{fd, POLLIN, 0};
+  int ready;
+  do {
+    ready = ::poll(&p, 1, timeout_ms);
+  } while (ready < 0 && errno == EINTR);
+  if (ready < 0) return RecvStatus::io_error;
+  if (ready == 0) return RecvStatus::timeout;
+  iovec iov{&header, sizeof header};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return RecvStatus::io_error;
+  if (n == 0) return RecvStatus::closed;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&passed_fd, CMSG_DATA(c), sizeof passed_fd);
+  if (static_cast<size_t>(n) < sizeof header) {
+    RecvStatus rest = read_all(fd, reinterpret_cast<char*>(&header) + n, sizeof header - static_cast<size_t>(n), timeout_ms, true);
+    if (rest != RecvStatus::ok) return rest;
+  }
+  if (header.length > kMaxPayload) return RecvStatus::too_large;
   payload.resize(header.length);
   return header.length ? read_all(fd, payload.data(), header.length, timeout_ms, true) : RecvStatus::ok;
 }

@@ -10,7 +10,7 @@ namespace tandem {
 
 enum class MessageType : uint32_t {
   hello = 1,           // client -> daemon: {"pid": int, "role": str}; the pid must be the peer's
-  hello_ok = 2,        // daemon -> client: {"client_id": int}
+  hello_ok = 2,        // daemon -> client: {"slot": int, "sample_us": int} + the GPU's shm fd
   status_request = 3,  // any -> daemon: {}
   status_reply = 4,    // daemon -> client: the status document (docs/daemon.md)
   error = 0xFFFF,      // daemon -> client: {"errno": int, "message": str}
@@ -31,6 +31,12 @@ bool send_message(int fd, MessageType type, std::string_view payload) noexcept;
 
 // Receives one message, waiting at most `timeout_ms` for each part (-1: no limit).
 RecvStatus recv_message(int fd, MessageHeader& header, std::string& payload, int timeout_ms);
+
+// The same, passing a file descriptor along (SCM_RIGHTS): the daemon hands out shared memory.
+bool send_message_with_fd(int fd, MessageType type, std::string_view payload, int passed_fd) noexcept;
+// Receives a message and the descriptor that came with it (-1 when none).
+RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payload, int& passed_fd,
+                                int timeout_ms);
 
 // Sends an error reply.
 bool send_error(int fd, int error_number, std::string_view message) noexcept;

@@ -35,11 +35,12 @@ int accepted_index(const char* accepted, const char* value) noexcept {
   return -1;
 }
 
+// Int settings are non-negative counts and durations.
 bool int_valid(const char* value) noexcept {
   if (!*value) return false;
   char* end = nullptr;
-  (void)std::strtoll(value, &end, 10);
-  return end && *end == '\0';
+  long long v = std::strtoll(value, &end, 10);
+  return end && *end == '\0' && v >= 0;
 }
 
 void set_value(size_t i, const char* value) noexcept {
@@ -96,6 +97,8 @@ void load_settings(char** env, WarnSink warn) noexcept {
 const char* setting_text(SettingId id) noexcept { return g_values[static_cast<size_t>(id)]; }
 
 bool setting_bool(SettingId id) noexcept { return setting_text(id)[0] == '1'; }
+
+long long setting_int(SettingId id) noexcept { return std::strtoll(setting_text(id), nullptr, 10); }
 
 int setting_enum(SettingId id) noexcept {
   size_t i = static_cast<size_t>(id);

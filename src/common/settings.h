@@ -28,6 +28,7 @@ const SettingInfo* setting_table(size_t* count) noexcept;
 // Values after load_settings(): always a valid value (the default if unset or invalid).
 const char* setting_text(SettingId id) noexcept;
 bool setting_bool(SettingId id) noexcept;
+long long setting_int(SettingId id) noexcept;
 // Index of the value among the Enum's accepted values.
 int setting_enum(SettingId id) noexcept;
 // True when the variable was present (and valid) in the environment.

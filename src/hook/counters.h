@@ -24,7 +24,13 @@ struct MemoryCounters {
   std::atomic<uint64_t> peak_bytes;
 };
 
+struct GateCounters {
+  std::atomic<uint64_t> waits;    // launches that waited for tokens
+  std::atomic<uint64_t> wait_ns;  // time they waited
+};
+
 LaunchCounters& launch_counters() noexcept;
+GateCounters& gate_counters() noexcept;
 MemoryCounters& memory_counters() noexcept;
 
 // Zeroes every counter (a forked child counts only its own work).

@@ -3,6 +3,8 @@
 // allocation (kernel_kind() and stream_is_capturing() are lock-free after warm-up).
 #include "capture_state.h"
 #include "counters.h"
+#include "gate.h"
+#include "progress.h"
 #include "handle_map.h"
 #include "hooks.h"
 #include "kernel_kind.h"
@@ -12,18 +14,60 @@ namespace tandem::hook {
 
 namespace {
 
+struct Dims {
+  unsigned gx, gy, gz, bx, by, bz;
+};
+
+std::atomic<uint64_t> g_last_cost_ns{0};  // for graphs, whose nodes' sizes are not at hand
+
+// A process with a role tells the daemon what it launches; a gated one first takes tokens.
+// Before the launch: the context is published once for the progress thread; in training, the
+// work queued before an NCCL kernel gets a completion marker, so the collective is a bubble.
+inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, uint64_t cost) noexcept {
+  if (__builtin_expect(!g_notes.context.load(std::memory_order_relaxed), 0)) {
+    CUcontext ctx = nullptr;
+    if (g_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) g_notes.context.store(ctx, std::memory_order_release);
+  }
+  if (gated_role()) {
+    gate_take(cost);
+  } else if (kind == KernelKind::nccl && g_notes.work_since_marker.load(std::memory_order_relaxed)) {
+    record_marker_now(s, per_thread);
+  }
+}
+
+inline void after_managed_launch(KernelKind kind, CUstream s, bool per_thread, uint64_t kernels) noexcept {
+  tandem_slot* slot = current_slot();
+  if (!slot) return;
+  bool nccl = kind == KernelKind::nccl;
+  __atomic_fetch_add(nccl ? &slot->nccl_launches : &slot->launches, kernels, __ATOMIC_RELAXED);
+  g_notes.last_was_nccl.store(nccl, std::memory_order_relaxed);
+  if (!nccl) {
+    g_notes.last_stream.store(s, std::memory_order_relaxed);
+    g_notes.last_per_thread.store(per_thread, std::memory_order_relaxed);
+    g_notes.work_since_marker.store(true, std::memory_order_relaxed);
+  }
+}
+
 template <typename Call>
-inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_thread_stream,
+inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_thread_stream, Dims d,
                               Call&& call) noexcept {
   LaunchCounters& c = launch_counters();
   if (stream_is_capturing(s, per_thread_stream)) {
     count(c.capture_skipped);
     return call();
   }
+  KernelKind kind = kernel_kind(f);
+  bool managed = g_role != TANDEM_ROLE_NONE;
+  if (managed) {
+    uint64_t cost = gated_role() ? launch_cost_ns(d.gx, d.gy, d.gz, d.bx, d.by, d.bz) : 0;
+    if (cost) g_last_cost_ns.store(cost, std::memory_order_relaxed);
+    before_managed_launch(kind, s, per_thread_stream, cost);
+  }
   CUresult r = call();
   if (__builtin_expect(r == CUDA_SUCCESS, 1)) {
     count(c.by_entry[static_cast<size_t>(entry)]);
-    if (kernel_kind(f) == KernelKind::nccl) count(c.nccl);
+    if (kind == KernelKind::nccl) count(c.nccl);
+    if (managed) after_managed_launch(kind, s, per_thread_stream, 1);
   }
   return r;
 }
@@ -37,11 +81,15 @@ inline CUresult launch_graph(Entry entry, CUgraphExec exec, CUstream s, bool per
     count(c.capture_skipped);
     return call();
   }
+  uint64_t nodes = graph_exec_kernels().find(reinterpret_cast<uintptr_t>(exec));
+  if (nodes == HandleMap::kAbsent) nodes = 0;  // instantiated before tandem saw it
+  uint64_t kernels = nodes & 0xffffffffu, nccl = nodes >> 32;
+  bool managed = g_role != TANDEM_ROLE_NONE;
+  // A graph is charged by its content: its kernel nodes at the process's recent kernel cost.
+  if (managed) before_managed_launch(KernelKind::compute, s, per_thread_stream, kernels * g_last_cost_ns.load());
   CUresult r = call();
   if (r == CUDA_SUCCESS) {
-    uint64_t nodes = graph_exec_kernels().find(reinterpret_cast<uintptr_t>(exec));
-    if (nodes == HandleMap::kAbsent) nodes = 0;  // instantiated before tandem saw it
-    uint64_t kernels = nodes & 0xffffffffu, nccl = nodes >> 32;
+    if (managed && kernels > nccl) after_managed_launch(KernelKind::compute, s, per_thread_stream, kernels - nccl);
     count(c.by_entry[static_cast<size_t>(entry)]);
     count(c.graph_launches);
     count(c.graph_kernels, kernels);
@@ -50,12 +98,17 @@ inline CUresult launch_graph(Entry entry, CUgraphExec exec, CUstream s, bool per
   return r;
 }
 
+Dims ex_dims(const CUlaunchConfig* c) noexcept {
+  if (!c) return Dims{1, 1, 1, 1, 1, 1};
+  return Dims{c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ};
+}
+
 }  // namespace
 
 CUresult hook_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                              unsigned by, unsigned bz, unsigned smem, CUstream s, void** params,
                              void** extra) noexcept {
-  return launch_kernel(Entry::cuLaunchKernel, f, s, false, [&] {
+  return launch_kernel(Entry::cuLaunchKernel, f, s, false, Dims{gx, gy, gz, bx, by, bz}, [&] {
     return g_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
   });
 }
@@ -63,7 +116,7 @@ CUresult hook_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz
 CUresult hook_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                   unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                   CUstream s, void** params, void** extra) noexcept {
-  return launch_kernel(Entry::cuLaunchKernel_ptsz, f, s, true, [&] {
+  return launch_kernel(Entry::cuLaunchKernel_ptsz, f, s, true, Dims{gx, gy, gz, bx, by, bz}, [&] {
     return g_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
   });
 }
@@ -72,21 +125,21 @@ CUresult hook_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsign
 CUresult hook_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
                                void** extra) noexcept {
   CUstream s = config ? config->hStream : nullptr;
-  return launch_kernel(Entry::cuLaunchKernelEx, f, s, false,
+  return launch_kernel(Entry::cuLaunchKernelEx, f, s, false, ex_dims(config),
                        [&] { return g_real.cuLaunchKernelEx(config, f, params, extra); });
 }
 
 CUresult hook_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
                                     void** extra) noexcept {
   CUstream s = config ? config->hStream : nullptr;
-  return launch_kernel(Entry::cuLaunchKernelEx_ptsz, f, s, true,
+  return launch_kernel(Entry::cuLaunchKernelEx_ptsz, f, s, true, ex_dims(config),
                        [&] { return g_real.cuLaunchKernelEx_ptsz(config, f, params, extra); });
 }
 
 CUresult hook_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                         unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                         CUstream s, void** params) noexcept {
-  return launch_kernel(Entry::cuLaunchCooperativeKernel, f, s, false, [&] {
+  return launch_kernel(Entry::cuLaunchCooperativeKernel, f, s, false, Dims{gx, gy, gz, bx, by, bz}, [&] {
     return g_real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, smem, s, params);
   });
 }
@@ -94,7 +147,7 @@ CUresult hook_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, 
 CUresult hook_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                              unsigned bx, unsigned by, unsigned bz,
                                              unsigned smem, CUstream s, void** params) noexcept {
-  return launch_kernel(Entry::cuLaunchCooperativeKernel_ptsz, f, s, true, [&] {
+  return launch_kernel(Entry::cuLaunchCooperativeKernel_ptsz, f, s, true, Dims{gx, gy, gz, bx, by, bz}, [&] {
     return g_real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, smem, s, params);
   });
 }

@@ -7,6 +7,8 @@
 
 #include "counters.h"
 #include "handle_map.h"
+#include "progress.h"
+#include "daemon_link.h"
 #include "log.h"
 #include "real_driver.h"
 #include "settings.h"
@@ -37,6 +39,7 @@ void after_fork_child() noexcept {
   handle_maps_reset_locks_in_child();
   reset_counters();
   memory_tracker_reset_in_child();
+  progress_after_fork_child();
   g_used_cuda.store(false);
   g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);
 }
@@ -55,6 +58,8 @@ void bootstrap() noexcept {
   }
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   atexit(on_exit_write_stats);
+  g_role = role_code(setting_text(SettingId::TANDEM_ROLE));
+  start_progress_thread();  // registers with tandemd in the background: never blocks the caller
   TANDEM_LOG_INFO("bootstrapped (role {}, driver {})", setting_text(SettingId::TANDEM_ROLE),
                   setting_text(SettingId::TANDEM_REAL_LIBCUDA));
 }
@@ -72,6 +77,7 @@ bool ensure_ready_slow() noexcept {
     if (phase == static_cast<int>(ProcessPhase::ready)) return true;
     if (phase == static_cast<int>(ProcessPhase::forked_child)) {
       g_used_cuda.store(true);
+      start_progress_thread();  // the child registers on its own
       g_phase.store(static_cast<int>(ProcessPhase::ready), std::memory_order_release);
       return true;
     }

@@ -1,0 +1,74 @@
+/* tandem shared-memory ABI (DESIGN §1, §7). tandemd creates one segment per GPU and hands it
+ * to each registered client (a file descriptor over the socket). The hot path lives here:
+ * clients publish progress counters and take tokens with atomics; the daemon samples the
+ * counters every period, grants tokens and wakes gated clients through the futex word.
+ * This layout is an ABI: external monitors may read it. Change TANDEM_SHM_VERSION with it.
+ * All multi-byte fields are naturally aligned; every slot is 256 bytes. */
+#ifndef TANDEM_SHM_ABI_H
+#define TANDEM_SHM_ABI_H
+
+#include <stdint.h>
+
+#define TANDEM_SHM_MAGIC 0x4d444e54u /* "TNDM" */
+#define TANDEM_SHM_VERSION 1u
+#define TANDEM_MAX_SLOTS 64u
+
+/* Slot states. */
+#define TANDEM_SLOT_FREE 0u
+#define TANDEM_SLOT_ACTIVE 1u
+
+/* Roles (TANDEM_ROLE). */
+#define TANDEM_ROLE_NONE 0u
+#define TANDEM_ROLE_TRAINING 1u
+#define TANDEM_ROLE_INFERENCE 2u
+#define TANDEM_ROLE_BATCH_INFERENCE 3u
+
+/* Gate modes, set by the daemon. */
+#define TANDEM_GATE_OPEN 0u   /* launches pass: not gated, or failed open */
+#define TANDEM_GATE_TOKENS 1u /* launches take tokens; wait on `wake` when there are none */
+
+struct tandem_slot {
+  /* --- written by the daemon --- */
+  uint32_t state;      /* TANDEM_SLOT_* */
+  int32_t pid;         /* the client, from SO_PEERCRED */
+  uint32_t role;       /* TANDEM_ROLE_* */
+  uint32_t generation; /* bumped each time the slot is given to a new client */
+  uint32_t gate;       /* TANDEM_GATE_* */
+  uint32_t wake;       /* futex word: the daemon increments it and wakes waiters */
+  int64_t tokens;      /* GPU time the client may still launch, in ns of estimated work */
+  uint64_t granted_ns; /* total tokens ever granted */
+  uint8_t daemon_reserved[16];
+
+  /* --- written by the client --- */
+  uint64_t launches;          /* compute kernels launched (graph nodes included) */
+  uint64_t nccl_launches;     /* NCCL kernels launched */
+  uint64_t issued_ns;         /* estimated GPU time of everything launched */
+  uint64_t markers_recorded;  /* completion markers put on streams */
+  uint64_t markers_completed; /* markers the GPU has passed */
+  uint64_t completed_ns;      /* estimated GPU time of the work before the last completed marker */
+  uint64_t last_launch_ns;    /* CLOCK_MONOTONIC of the last launch (coarse) */
+  uint64_t last_completion_ns; /* CLOCK_MONOTONIC when the last marker was seen complete */
+  uint64_t gate_waits;        /* launches that had to wait for tokens */
+  uint64_t gate_wait_ns;      /* total time waited */
+  uint64_t heartbeat_ns;      /* the client's progress thread, every period */
+  uint8_t client_reserved[112];
+};
+
+struct tandem_shm_header {
+  uint32_t magic;      /* TANDEM_SHM_MAGIC */
+  uint32_t version;    /* TANDEM_SHM_VERSION */
+  uint32_t size;       /* bytes of the whole segment */
+  uint32_t slot_count; /* TANDEM_MAX_SLOTS */
+  uint8_t gpu_uuid[16];
+  uint64_t daemon_heartbeat_ns; /* CLOCK_MONOTONIC of the daemon's last tick: clients fail open when stale */
+  uint64_t sample_us;           /* the daemon's sampling period */
+  uint8_t reserved[80];
+  struct tandem_slot slots[TANDEM_MAX_SLOTS];
+};
+
+#ifdef __cplusplus
+static_assert(sizeof(struct tandem_slot) == 256, "tandem_slot is 256 bytes");
+static_assert(sizeof(struct tandem_shm_header) == 128 + 256 * TANDEM_MAX_SLOTS, "header layout");
+#endif
+
+#endif /* TANDEM_SHM_ABI_H */

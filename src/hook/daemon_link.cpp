@@ -1,0 +1,121 @@
+#include "daemon_link.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "log.h"
+#include "protocol.h"
+#include "settings.h"
+
+namespace tandem::hook {
+
+std::atomic<tandem_slot*> g_slot{nullptr};
+std::atomic<tandem_shm_header*> g_shm{nullptr};
+
+namespace {
+int g_socket = -1;
+size_t g_shm_size = 0;
+}  // namespace
+
+uint64_t monotonic_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint32_t role_code(const char* role) noexcept {
+  if (!std::strcmp(role, "training")) return TANDEM_ROLE_TRAINING;
+  if (!std::strcmp(role, "inference")) return TANDEM_ROLE_INFERENCE;
+  if (!std::strcmp(role, "batch-inference")) return TANDEM_ROLE_BATCH_INFERENCE;
+  return TANDEM_ROLE_NONE;
+}
+
+bool link_to_daemon(const unsigned char uuid[16]) noexcept {
+  const char* path = setting_text(SettingId::TANDEM_SOCKET);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (std::strlen(path) >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path, std::strlen(path));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return false;  // no daemon: run unmanaged (fail open), try again later
+  }
+  try {
+    char hex[33];
+    for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
+    nlohmann::json hello = {{"pid", getpid()}, {"role", setting_text(SettingId::TANDEM_ROLE)}, {"gpu", hex}};
+    MessageHeader h{};
+    std::string reply;
+    int shm_fd = -1;
+    if (!send_message(fd, MessageType::hello, hello.dump()) ||
+        recv_message_with_fd(fd, h, reply, shm_fd, 1000) != RecvStatus::ok ||
+        h.type != static_cast<uint32_t>(MessageType::hello_ok) || shm_fd < 0) {
+      TANDEM_LOG_WARN("tandemd on {} refused registration: {}", path, reply);
+      if (shm_fd >= 0) close(shm_fd);
+      close(fd);
+      return false;
+    }
+    nlohmann::json ok = nlohmann::json::parse(reply);
+    int slot = ok.at("slot").get<int>();
+    off_t size = lseek(shm_fd, 0, SEEK_END);
+    void* p = size >= static_cast<off_t>(sizeof(tandem_shm_header))
+                  ? mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd, 0)
+                  : MAP_FAILED;
+    close(shm_fd);
+    auto* shm = static_cast<tandem_shm_header*>(p);
+    if (p == MAP_FAILED || shm->magic != TANDEM_SHM_MAGIC || shm->version != TANDEM_SHM_VERSION || slot < 0 ||
+        slot >= static_cast<int>(shm->slot_count)) {
+      TANDEM_LOG_WARN("tandemd's shared memory has an unknown layout; running unmanaged");
+      if (p != MAP_FAILED) munmap(p, static_cast<size_t>(size));
+      close(fd);
+      return false;
+    }
+    g_socket = fd;
+    g_shm_size = static_cast<size_t>(size);
+    g_shm.store(shm, std::memory_order_release);
+    g_slot.store(&shm->slots[slot], std::memory_order_release);
+    TANDEM_LOG_INFO("registered with tandemd: slot {}, role {}", slot, setting_text(SettingId::TANDEM_ROLE));
+    return true;
+  } catch (...) {
+    close(fd);
+    return false;
+  }
+}
+
+bool daemon_alive(uint64_t now_ns, uint64_t stale_ns) noexcept {
+  tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
+  if (!shm || g_socket < 0) return false;
+  char byte;
+  ssize_t n = recv(g_socket, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return false;  // daemon closed us
+  uint64_t beat = __atomic_load_n(&shm->daemon_heartbeat_ns, __ATOMIC_ACQUIRE);
+  return now_ns < beat + stale_ns;
+}
+
+void unlink_from_daemon() noexcept {
+  g_slot.store(nullptr, std::memory_order_release);
+  // The mapping is kept: a launch may still be reading the slot it loaded a moment ago.
+  g_shm.store(nullptr, std::memory_order_release);
+  if (g_socket >= 0) close(g_socket);
+  g_socket = -1;
+  TANDEM_LOG_WARN("tandemd is gone; running unmanaged until it returns");
+}
+
+void forget_daemon_link_in_child() noexcept {
+  g_slot.store(nullptr);
+  g_shm.store(nullptr);
+  if (g_socket >= 0) close(g_socket);  // the parent's registration is the parent's
+  g_socket = -1;
+}
+
+}  // namespace tandem::hook

@@ -1,0 +1,31 @@
+// The link from a process to tandemd: registration over the UNIX socket, the GPU's shared
+// memory and this process's slot in it. Everything here runs on the progress thread, never
+// on a launch. Launch hooks read only `current_slot()` (one atomic load) and fail open when it
+// is null: no daemon, not registered yet, or the daemon went away.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "tandem/shm_abi.h"
+
+namespace tandem::hook {
+
+extern std::atomic<tandem_slot*> g_slot;
+extern std::atomic<tandem_shm_header*> g_shm;
+
+inline tandem_slot* current_slot() noexcept { return g_slot.load(std::memory_order_acquire); }
+
+uint32_t role_code(const char* role) noexcept;
+
+// Tries once to register with the daemon for the GPU `uuid`. True when linked.
+bool link_to_daemon(const unsigned char uuid[16]) noexcept;
+// True while the daemon's socket is open and its heartbeat fresh.
+bool daemon_alive(uint64_t now_ns, uint64_t stale_ns) noexcept;
+// Drops the link (daemon gone): launches pass from now on. Re-linking happens later.
+void unlink_from_daemon() noexcept;
+// Fork: the child has no link (it re-registers on its own if it uses CUDA).
+void forget_daemon_link_in_child() noexcept;
+
+uint64_t monotonic_ns() noexcept;
+
+}  // namespace tandem::hook

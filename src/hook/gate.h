@@ -1,0 +1,21 @@
+// The token gate of gated processes (batch-inference, inference). A launch takes tokens (ns
+// of estimated GPU work) from the process's slot; with none left it sleeps on the slot's
+// futex until the daemon grants more. Open gate: two loads. Every wait is bounded: the gate
+// fails open when the daemon stops ticking.
+#pragma once
+#include <cstdint>
+
+#include "daemon_link.h"
+
+namespace tandem::hook {
+
+void gate_wait(tandem_slot* slot, uint64_t cost_ns) noexcept;
+
+inline void gate_take(uint64_t cost_ns) noexcept {
+  tandem_slot* slot = current_slot();
+  if (!slot) return;  // not registered, or the daemon is gone: fail open
+  if (__atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) != TANDEM_GATE_OPEN) gate_wait(slot, cost_ns);
+  __atomic_fetch_add(&slot->issued_ns, cost_ns, __ATOMIC_RELAXED);
+}
+
+}  // namespace tandem::hook

@@ -1,0 +1,180 @@
+#include "progress.h"
+
+#include <pthread.h>
+#include <sys/prctl.h>
+
+#include <cstring>
+#include <ctime>
+#include <mutex>
+
+#include "capture_state.h"
+#include "log.h"
+#include "real_driver.h"
+#include "settings.h"
+
+namespace tandem::hook {
+
+ProgressNotes g_notes;
+uint32_t g_role = TANDEM_ROLE_NONE;
+
+namespace {
+
+// ---- completion markers: a ring of events, recorded in order, completed in order ----
+constexpr uint64_t kMarkers = 64;
+struct Marker {
+  CUevent event = nullptr;
+  uint64_t issued_ns = 0;   // the slot's issued_ns when recorded: the work it covers
+  uint64_t recorded_at = 0;
+};
+std::mutex g_marker_mutex;
+Marker g_ring[kMarkers];
+uint64_t g_head = 0, g_tail = 0;  // recorded, completed
+
+// ns of GPU time per launched thread, as 1/1024 ns fixed point; learned from markers.
+std::atomic<uint64_t> g_ns_per_thread_q10{10 << 10};
+uint64_t g_last_completion = 0;
+
+std::atomic<bool> g_thread_started{false};
+
+bool try_record(CUstream s, bool per_thread) {
+  tandem_slot* slot = current_slot();
+  if (!slot || stream_is_capturing(s, per_thread)) return false;  // never touch a capturing stream
+  Marker& m = g_ring[g_head % kMarkers];
+  if (g_head - g_tail >= kMarkers) return false;  // the GPU is far behind: enough markers in flight
+  if (!m.event && g_real.cuEventCreate(&m.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+  CUresult r = per_thread ? g_real.cuEventRecord_ptsz(m.event, s) : g_real.cuEventRecord(m.event, s);
+  if (r != CUDA_SUCCESS) return false;
+  m.issued_ns = __atomic_load_n(&slot->issued_ns, __ATOMIC_RELAXED);
+  m.recorded_at = monotonic_ns();
+  ++g_head;
+  __atomic_fetch_add(&slot->markers_recorded, 1, __ATOMIC_RELEASE);
+  g_notes.work_since_marker.store(false, std::memory_order_relaxed);
+  return true;
+}
+
+// The work between two markers was launched after the first was recorded, so it ran no
+// earlier than the later of that and the first one's completion: its measured length over its
+// estimate rescales the process's ns-per-thread estimate (an exponential average, each update
+// clamped, so one odd window — an idle GPU, a slow poll — cannot swing it).
+void calibrate(const Marker& previous, const Marker& m, uint64_t now) {
+  uint64_t estimated = m.issued_ns - previous.issued_ns;
+  if (m.issued_ns <= previous.issued_ns || estimated < 10000) return;
+  uint64_t began = g_last_completion > previous.recorded_at ? g_last_completion : previous.recorded_at;
+  if (now <= began) return;
+  double ratio = static_cast<double>(now - began) / static_cast<double>(estimated);
+  if (ratio < 0.25) ratio = 0.25;
+  if (ratio > 4.0) return;  // the GPU was mostly idle or busy with others: not a measurement
+  double q10 = static_cast<double>(g_ns_per_thread_q10.load(std::memory_order_relaxed));
+  double updated = q10 * (0.9 + 0.1 * ratio);
+  g_ns_per_thread_q10.store(updated < 1 ? 1 : static_cast<uint64_t>(updated), std::memory_order_relaxed);
+}
+
+// Completed markers advance the slot's progress and calibrate the cost estimate.
+void poll_markers(uint64_t now) {
+  tandem_slot* slot = current_slot();
+  std::lock_guard<std::mutex> lock(g_marker_mutex);
+  while (g_tail < g_head) {
+    Marker& m = g_ring[g_tail % kMarkers];
+    CUresult q = g_real.cuEventQuery(m.event);
+    if (q == CUDA_ERROR_NOT_READY) break;
+    if (q == CUDA_SUCCESS && g_tail > 0) calibrate(g_ring[(g_tail - 1) % kMarkers], m, now);
+    ++g_tail;
+    g_last_completion = now;
+    if (slot) {
+      __atomic_store_n(&slot->completed_ns, m.issued_ns, __ATOMIC_RELEASE);
+      __atomic_store_n(&slot->last_completion_ns, now, __ATOMIC_RELEASE);
+      __atomic_fetch_add(&slot->markers_completed, 1, __ATOMIC_RELEASE);
+    }
+  }
+}
+
+void sleep_ns(uint64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1000000000ull), static_cast<long>(ns % 1000000000ull)};
+  nanosleep(&ts, nullptr);
+}
+
+void* progress_main(void*) {
+  prctl(PR_SET_NAME, "tandem-progress", 0, 0, 0);
+  // This thread's driver calls must never disturb an application's stream capture.
+  CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+  const uint64_t period = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
+  const uint64_t tick = period / 4 ? period / 4 : 1000;
+  const uint64_t stale = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
+  // Wait for the first launch to publish the application's context.
+  CUcontext ctx = nullptr;
+  while (!(ctx = g_notes.context.load(std::memory_order_acquire))) sleep_ns(period);
+  g_real.cuCtxSetCurrent(ctx);
+  g_real.cuThreadExchangeStreamCaptureMode(&relaxed);
+  unsigned char uuid[16] = {};
+  CUdevice dev = 0;
+  CUuuid u{};
+  if (g_real.cuCtxGetDevice(&dev) == CUDA_SUCCESS && g_real.cuDeviceGetUuid_v2(&u, dev) == CUDA_SUCCESS)
+    std::memcpy(uuid, u.bytes, sizeof uuid);
+  uint64_t next_link_attempt = 0;
+  for (;;) {
+    uint64_t now = monotonic_ns();
+    if (!current_slot()) {
+      if (now >= next_link_attempt) {
+        link_to_daemon(uuid);
+        next_link_attempt = now + 1000000000ull;  // one attempt a second while there is no daemon
+      }
+    } else if (!daemon_alive(now, stale)) {
+      unlink_from_daemon();
+      next_link_attempt = now + 100000000ull;
+    }
+    if (tandem_slot* slot = current_slot()) {
+      __atomic_store_n(&slot->heartbeat_ns, now, __ATOMIC_RELEASE);
+      if (g_notes.work_since_marker.load(std::memory_order_relaxed) &&
+          !g_notes.last_was_nccl.load(std::memory_order_relaxed)) {
+        CUstream s = g_notes.last_stream.load(std::memory_order_relaxed);
+        bool per_thread = g_notes.last_per_thread.load(std::memory_order_relaxed);
+        // Another thread's per-thread default stream cannot be named from here.
+        if (!(per_thread && (s == nullptr || s == CU_STREAM_PER_THREAD))) {
+          std::lock_guard<std::mutex> lock(g_marker_mutex);
+          try_record(s, per_thread);
+        }
+      }
+      poll_markers(now);
+    }
+    sleep_ns(tick);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+uint64_t launch_cost_ns(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) noexcept {
+  uint64_t threads = static_cast<uint64_t>(gx) * gy * gz * bx * by * bz;
+  return (threads * g_ns_per_thread_q10.load(std::memory_order_relaxed)) >> 10;
+}
+
+void record_marker_now(CUstream s, bool per_thread) noexcept {
+  std::unique_lock<std::mutex> lock(g_marker_mutex, std::try_to_lock);
+  if (lock.owns_lock()) try_record(s, per_thread);
+}
+
+void start_progress_thread() noexcept {
+  if (g_role == TANDEM_ROLE_NONE || g_thread_started.exchange(true)) return;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  if (pthread_create(&thread, &attr, progress_main, nullptr) != 0) {
+    TANDEM_LOG_WARN("cannot start the progress thread; running unmanaged");
+    g_thread_started.store(false);
+  }
+  pthread_attr_destroy(&attr);
+}
+
+void progress_after_fork_child() noexcept {
+  // The parent's thread, events and registration do not exist here.
+  new (&g_marker_mutex) std::mutex();
+  for (Marker& m : g_ring) m = Marker{};
+  g_head = g_tail = 0;
+  g_notes.context.store(nullptr);
+  g_notes.work_since_marker.store(false);
+  g_thread_started.store(false);
+  forget_daemon_link_in_child();
+}
+
+}  // namespace tandem::hook
