@@ -10,13 +10,13 @@
 static const char* kUsage =
     "usage: train-sim [--iterations N | --seconds S] [--compute-kernels K] [--kernel-us U]\n"
     "                 [--comm-us C] [--gap-us G] [--blocks B] [--warmup W] [--report-every R]\n"
-    "  Defaults: 4 kernels x 700 us compute, 600 us communication, 600 us data-loading gap\n"
-    "  (about 30% of each iteration is a bubble), 300 iterations.\n";
+    "  Defaults: 4 kernels x 7 ms compute, 6 ms communication, 6 ms data-loading gap\n"
+    "  (30% of each 40 ms iteration is a bubble), 100 iterations.\n";
 
 int main(int argc, char** argv) {
   Args a{argc, argv, kUsage};
-  int iterations = 300, kernels = 4, blocks = 132, warmup = 5, report_every = 0;
-  double seconds = 0, kernel_us = 700, comm_us = 600, gap_us = 600;
+  int iterations = 100, kernels = 4, blocks = 132, warmup = 3, report_every = 0;
+  double seconds = 0, kernel_us = 7000, comm_us = 6000, gap_us = 6000;
   for (; a.i < argc; ++a.i) {
     std::string f = argv[a.i];
     if (f == "--iterations") iterations = static_cast<int>(a.number(1, 1e9));

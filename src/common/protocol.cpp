@@ -55,16 +55,17 @@ const char* recv_status_name(RecvStatus s) noexcept {
 }
 
 bool send_message(int fd, MessageType type, std::string_view payload) noexcept {
-  if (payload.size() > kMaxPayload) return false;
+  if (payload.size() > kMaxReplyPayload) return false;
   MessageHeader h{static_cast<uint32_t>(type), static_cast<uint32_t>(payload.size())};
   return write_all(fd, reinterpret_cast<const char*>(&h), sizeof h) &&
          write_all(fd, payload.data(), payload.size());
 }
 
-RecvStatus recv_message(int fd, MessageHeader& header, std::string& payload, int timeout_ms) {
+RecvStatus recv_message(int fd, MessageHeader& header, std::string& payload, int timeout_ms,
+                        uint32_t max_payload) {
   RecvStatus s = read_all(fd, reinterpret_cast<char*>(&header), sizeof header, timeout_ms, false);
   if (s != RecvStatus::ok) return s;
-  if (header.length > kMaxPayload) return RecvStatus::too_large;  // before reading a byte of it
+  if (header.length > max_payload) return RecvStatus::too_large;  // before reading a byte of it
   payload.resize(header.length);
   return header.length ? read_all(fd, payload.data(), header.length, timeout_ms, true) : RecvStatus::ok;
 }

@@ -13,6 +13,8 @@ enum class MessageType : uint32_t {
   hello_ok = 2,        // daemon -> client: {"slot": int, "sample_us": int} + the GPU's shm fd
   status_request = 3,  // any -> daemon: {}
   status_reply = 4,    // daemon -> client: the status document (docs/daemon.md)
+  trace_request = 5,   // any -> daemon: {"since_ns": int} (CLOCK_MONOTONIC; 0: all it kept)
+  trace_reply = 6,     // daemon -> client: {"now_ns": int, "gpus": {uuid: chrome-trace}}
   error = 0xFFFF,      // daemon -> client: {"errno": int, "message": str}
 };
 
@@ -21,7 +23,8 @@ struct MessageHeader {
   uint32_t length;
 };
 
-constexpr uint32_t kMaxPayload = 64 * 1024;
+constexpr uint32_t kMaxPayload = 64 * 1024;             // what the daemon accepts
+constexpr uint32_t kMaxReplyPayload = 64 * 1024 * 1024;  // what the daemon may answer (traces)
 
 enum class RecvStatus { ok, closed, too_large, truncated, timeout, io_error };
 const char* recv_status_name(RecvStatus s) noexcept;
@@ -30,7 +33,8 @@ const char* recv_status_name(RecvStatus s) noexcept;
 bool send_message(int fd, MessageType type, std::string_view payload) noexcept;
 
 // Receives one message, waiting at most `timeout_ms` for each part (-1: no limit).
-RecvStatus recv_message(int fd, MessageHeader& header, std::string& payload, int timeout_ms);
+RecvStatus recv_message(int fd, MessageHeader& header, std::string& payload, int timeout_ms,
+                        uint32_t max_payload = kMaxPayload);
 
 // The same, passing a file descriptor along (SCM_RIGHTS): the daemon hands out shared memory.
 bool send_message_with_fd(int fd, MessageType type, std::string_view payload, int passed_fd) noexcept;

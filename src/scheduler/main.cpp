@@ -47,8 +47,17 @@ int level_of(const std::string& name) {
 
 int main(int argc, char** argv) {
   tandem::load_settings(environ, [](const char* m) noexcept { std::fprintf(stderr, "tandemd: %s\n", m); });
+  using tandem::SettingId;
   tandem::scheduler::ServerOptions options;
-  options.socket_path = tandem::setting_text(tandem::SettingId::TANDEM_SOCKET);
+  options.socket_path = tandem::setting_text(SettingId::TANDEM_SOCKET);
+  auto us = [](SettingId id) { return static_cast<uint64_t>(tandem::setting_int(id)) * 1000; };
+  tandem::scheduler::SchedulerParams& sp = options.scheduler;
+  sp.period_ns = us(SettingId::TANDEM_SAMPLE_US) ? us(SettingId::TANDEM_SAMPLE_US) : 1000000;
+  sp.quiet_samples = static_cast<int>(tandem::setting_int(SettingId::TANDEM_BUBBLE_SAMPLES));
+  sp.fill.period_ns = sp.period_ns;
+  sp.fill.conservative_ns = us(SettingId::TANDEM_FILL_CONSERVATIVE_US);
+  sp.fill.stable_after_ns = us(SettingId::TANDEM_FILL_STABLE_US);
+  sp.fill.max_inflight_ns = us(SettingId::TANDEM_MAX_INFLIGHT_US);
   bool foreground = false;
   std::string log = tandem::setting_was_set(tandem::SettingId::TANDEM_LOG)
                         ? tandem::setting_text(tandem::SettingId::TANDEM_LOG) : "info";

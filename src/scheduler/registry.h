@@ -14,6 +14,8 @@ struct Client {
   uid_t uid = 0;
   std::string role = "none";
   bool registered = false;  // a valid hello was received
+  std::string gpu;          // GPU UUID (hex) it runs on, when it has a role
+  int slot = -1;            // its slot in that GPU's shared memory
   uint64_t connected_ns = 0;
 };
 

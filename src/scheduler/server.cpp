@@ -105,10 +105,21 @@ void Server::stop() {
 }
 
 void Server::run() {
+  const uint64_t period = options_.scheduler.period_ns;
+  uint64_t next_tick = monotonic_ns() + period;
   while (!stopping_.load()) {
     std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
     for (const auto& [fd, client] : registry_.clients()) fds.push_back({fd, POLLIN, 0});
-    int n = poll(fds.data(), fds.size(), 1000);
+    uint64_t now = monotonic_ns();
+    if (now >= next_tick) {
+      tick_all(now);
+      next_tick += period;
+      if (next_tick <= now) next_tick = now + period;  // fell behind: do not burst
+      continue;
+    }
+    uint64_t wait = next_tick - now;
+    timespec timeout{static_cast<time_t>(wait / 1000000000ull), static_cast<long>(wait % 1000000000ull)};
+    int n = ppoll(fds.data(), fds.size(), &timeout, nullptr);
     if (n < 0 && errno != EINTR) {
       TANDEM_LOG_ERROR("poll: {}", std::strerror(errno));
       break;
@@ -137,7 +148,12 @@ void Server::accept_client() {
 }
 
 void Server::disconnect(int fd) {
-  if (Client* c = registry_.find(fd)) TANDEM_LOG_DEBUG("client pid {} gone", c->pid);
+  if (Client* c = registry_.find(fd)) {
+    TANDEM_LOG_DEBUG("client pid {} gone", c->pid);
+    // Its slot and unspent tokens are reclaimed at once: the others continue.
+    if (c->slot >= 0)
+      if (GpuScheduler* g = gpu(c->gpu)) g->segment().release(c->slot);
+  }
   registry_.remove(fd);
   close(fd);
 }
@@ -155,6 +171,7 @@ bool Server::handle(Client& client) {
   switch (static_cast<MessageType>(header.type)) {
     case MessageType::hello: return handle_hello(client, payload);
     case MessageType::status_request: return send_message(client.fd, MessageType::status_reply, status_json());
+    case MessageType::trace_request: return handle_trace(client, payload);
     default:
       return send_error(client.fd, EBADMSG, "unknown message type " + std::to_string(header.type));
   }
@@ -169,9 +186,45 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   std::string role = j.value("role", std::string("none"));
   if (role != "none" && role != "training" && role != "inference" && role != "batch-inference")
     return send_error(client.fd, EINVAL, "unknown role '" + role + "'");
+  std::string uuid = j.value("gpu", std::string());
+  if (client.registered) return send_error(client.fd, EALREADY, "already registered");
   client.role = role;
   client.registered = true;
-  return send_message(client.fd, MessageType::hello_ok, nlohmann::json{{"client_id", client.fd}}.dump());
+  if (role == "none" || uuid.empty())
+    return send_message(client.fd, MessageType::hello_ok, nlohmann::json{{"slot", -1}}.dump());
+  if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return send_error(client.fd, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
+  GpuScheduler* g = gpu(uuid);
+  uint32_t code = role == "training" ? TANDEM_ROLE_TRAINING
+                  : role == "inference" ? TANDEM_ROLE_INFERENCE : TANDEM_ROLE_BATCH_INFERENCE;
+  int slot = g && g->segment().ok() ? g->segment().claim(client.pid, code) : -1;
+  if (slot < 0) return send_error(client.fd, ENOSPC, "no free client slot on GPU " + uuid);
+  client.gpu = uuid;
+  client.slot = slot;
+  TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
+  nlohmann::json ok = {{"slot", slot}, {"sample_us", options_.scheduler.period_ns / 1000}};
+  return send_message_with_fd(client.fd, MessageType::hello_ok, ok.dump(), g->segment().fd());
+}
+
+bool Server::handle_trace(Client& client, const std::string& payload) {
+  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
+  uint64_t since = j.is_object() ? j.value("since_ns", uint64_t{0}) : 0;
+  nlohmann::json gpus = nlohmann::json::object();
+  for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(since, uuid.substr(0, 8)));
+  return send_message(client.fd, MessageType::trace_reply, nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}.dump());
+}
+
+GpuScheduler* Server::gpu(const std::string& uuid) {
+  auto it = gpus_.find(uuid);
+  if (it != gpus_.end()) return it->second.get();
+  auto g = std::make_unique<GpuScheduler>(uuid, options_.scheduler);
+  GpuScheduler* raw = g.get();
+  gpus_[uuid] = std::move(g);
+  return raw;
+}
+
+void Server::tick_all(uint64_t now_ns) {
+  for (auto& [uuid, g] : gpus_) g->tick(now_ns);
 }
 
 std::string Server::status_json() const {
@@ -182,7 +235,31 @@ std::string Server::status_json() const {
     clients.push_back({{"pid", c.pid}, {"uid", c.uid}, {"role", c.role},
                        {"connected_s", static_cast<double>(now - c.connected_ns) / 1e9}});
   }
-  nlohmann::json j = {{"daemon",
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const auto& [uuid, g] : gpus_) {
+    const BubbleDetector& d = g->detector();
+    nlohmann::json slots = nlohmann::json::array();
+    const tandem_shm_header* shm = const_cast<GpuScheduler&>(*g).segment().shm();
+    for (uint32_t i = 0; shm && i < TANDEM_MAX_SLOTS; ++i) {
+      const tandem_slot& s = shm->slots[i];
+      if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
+      slots.push_back({{"slot", i}, {"pid", s.pid}, {"launches", s.launches}, {"nccl_launches", s.nccl_launches},
+                       {"tokens_ns", s.tokens}, {"granted_ns", s.granted_ns}, {"issued_ns", s.issued_ns},
+                       {"completed_ns", s.completed_ns}, {"markers_pending", s.markers_recorded - s.markers_completed},
+                       {"gate", s.gate == TANDEM_GATE_OPEN ? "open" : "tokens"}, {"gate_waits", s.gate_waits},
+                       {"gate_wait_ms", static_cast<double>(s.gate_wait_ns) / 1e6}});
+    }
+    gpus.push_back({{"uuid", uuid},
+                    {"phase", g->gpu_phase() == GpuPhase::bubble ? "bubble" : "busy"},
+                    {"fill_phase", fill_phase_name(g->fill_phase())},
+                    {"bubbles", d.bubbles()},
+                    {"mean_bubble_ms", static_cast<double>(d.mean_bubble_ns()) / 1e6},
+                    {"mean_busy_ms", static_cast<double>(d.mean_busy_ns()) / 1e6},
+                    {"longest_bubble_ms", static_cast<double>(d.longest_bubble_ns()) / 1e6},
+                    {"slots", slots}});
+  }
+  nlohmann::json j = {{"gpus", gpus},
+                      {"daemon",
                        {{"pid", getpid()},
                         {"version", TANDEM_VERSION_STRING},
                         {"policy", options_.policy},

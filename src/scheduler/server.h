@@ -3,9 +3,12 @@
 // disconnect; the daemon keeps serving everyone else.
 #pragma once
 #include <atomic>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "protocol.h"
+#include "gpu_scheduler.h"
 #include "registry.h"
 
 namespace tandem::scheduler {
@@ -13,6 +16,7 @@ namespace tandem::scheduler {
 struct ServerOptions {
   std::string socket_path;
   std::string policy = "fill";
+  SchedulerParams scheduler;
 };
 
 class Server {
@@ -28,12 +32,18 @@ class Server {
   void stop();
   // The status document (docs/daemon.md).
   std::string status_json() const;
+  // Runs one scheduling period now (tests and benchmarks drive the loop by hand).
+  void tick_for_test(uint64_t now_ns) { tick_all(now_ns); }
+  GpuScheduler* gpu_for_test(const std::string& uuid) { return gpu(uuid); }
 
  private:
   void accept_client();
   // False when the client must be disconnected.
   bool handle(Client& client);
   bool handle_hello(Client& client, const std::string& payload);
+  bool handle_trace(Client& client, const std::string& payload);
+  GpuScheduler* gpu(const std::string& uuid);
+  void tick_all(uint64_t now_ns);
   void disconnect(int fd);
 
   ServerOptions options_;
@@ -41,6 +51,7 @@ class Server {
   int wake_pipe_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   Registry registry_;
+  std::map<std::string, std::unique_ptr<GpuScheduler>> gpus_;  // by GPU UUID
   uint64_t started_ns_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "protocol.h"
 
@@ -42,7 +43,17 @@ TEST_CASE("an oversized length is refused before the payload is read") {
   std::string payload;
   CHECK(recv_message(p.fd[1], got, payload, 1000) == RecvStatus::too_large);
   CHECK(payload.empty());
-  CHECK_FALSE(send_message(p.fd[0], MessageType::hello, std::string(kMaxPayload + 1, 'x')));
+}
+
+TEST_CASE("replies may be larger than requests (traces), up to their own bound") {
+  Pair p;
+  std::string big(kMaxPayload + 1, 'x');
+  std::thread writer([&] { CHECK(send_message(p.fd[0], MessageType::trace_reply, big)); });
+  MessageHeader got{};
+  std::string payload;
+  CHECK(recv_message(p.fd[1], got, payload, 1000, kMaxReplyPayload) == RecvStatus::ok);
+  writer.join();
+  CHECK(payload == big);
 }
 
 TEST_CASE("a peer closing mid-message gives truncated; a quiet peer a timeout; EOF closed") {

@@ -1,0 +1,80 @@
+#include "gpu_scheduler.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+
+namespace tandem::scheduler {
+
+namespace {
+bool gated(uint32_t role) { return role == TANDEM_ROLE_BATCH_INFERENCE || role == TANDEM_ROLE_INFERENCE; }
+
+void wake(tandem_slot& s) {
+  __atomic_fetch_add(&s.wake, 1, __ATOMIC_RELEASE);
+  syscall(SYS_futex, &s.wake, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+}  // namespace
+
+GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
+    : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill) {
+  if (segment_.ok()) segment_.shm()->sample_us = params.period_ns / 1000;
+}
+
+void GpuScheduler::tick(uint64_t now_ns) {
+  tandem_shm_header* shm = segment_.shm();
+  if (!shm) return;
+  __atomic_store_n(&shm->daemon_heartbeat_ns, now_ns, __ATOMIC_RELEASE);
+
+  TrainingSample sample{now_ns, 0, 0, 0};
+  int training = 0;
+  fillers_.clear();
+  for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
+    tandem_slot& s = shm->slots[i];
+    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
+    if (s.role == TANDEM_ROLE_TRAINING) {
+      ++training;
+      sample.launches += __atomic_load_n(&s.launches, __ATOMIC_ACQUIRE);
+      sample.markers_recorded += __atomic_load_n(&s.markers_recorded, __ATOMIC_ACQUIRE);
+      sample.markers_completed += __atomic_load_n(&s.markers_completed, __ATOMIC_ACQUIRE);
+    } else if (gated(s.role)) {
+      uint64_t issued = __atomic_load_n(&s.issued_ns, __ATOMIC_ACQUIRE);
+      uint64_t completed = __atomic_load_n(&s.completed_ns, __ATOMIC_ACQUIRE);
+      fillers_.push_back({static_cast<int>(i), issued > completed ? issued - completed : 0,
+                          __atomic_load_n(&s.tokens, __ATOMIC_ACQUIRE), true});
+    }
+  }
+
+  // Without a training job there is nothing to protect: fillers run ungated.
+  uint32_t gate = training ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN;
+  for (const FillerState& f : fillers_) {
+    tandem_slot& s = shm->slots[f.id];
+    if (__atomic_exchange_n(&s.gate, gate, __ATOMIC_ACQ_REL) != gate && gate == TANDEM_GATE_OPEN) wake(s);
+  }
+  GpuPhase phase = training ? detector_.update(sample) : GpuPhase::bubble;
+  if (phase != last_phase_) {
+    trace_.add({phase == GpuPhase::bubble ? detector_.phase_started_ns() : now_ns,
+                phase == GpuPhase::bubble ? 'B' : 'E', 0, 0});
+    last_phase_ = phase;
+  }
+  if (!training) return;
+
+  policy_.step(phase, now_ns, detector_.phase_started_ns(), fillers_, grants_);
+  if (policy_.revoke()) {
+    for (const FillerState& f : fillers_) {
+      tandem_slot& s = shm->slots[f.id];
+      int64_t left = __atomic_exchange_n(&s.tokens, 0, __ATOMIC_ACQ_REL);
+      if (left > 0) trace_.add({now_ns, 'R', s.pid, left});
+    }
+  }
+  for (const Grant& g : grants_) {
+    tandem_slot& s = shm->slots[g.id];
+    __atomic_fetch_add(&s.tokens, g.tokens_ns, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&s.granted_ns, static_cast<uint64_t>(g.tokens_ns), __ATOMIC_RELAXED);
+    wake(s);
+    trace_.add({now_ns, 'G', s.pid, g.tokens_ns});
+  }
+}
+
+}  // namespace tandem::scheduler

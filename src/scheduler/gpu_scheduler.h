@@ -1,0 +1,49 @@
+// The per-GPU loop of tandemd (DESIGN §5, policy `fill`): every sample period it sums the
+// training clients' progress, asks the bubble detector where the GPU stands, and lets the fill
+// policy grant tokens to the gated clients (or take them back), waking any that wait.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bubble_detector.h"
+#include "fill_policy.h"
+#include "gpu_segment.h"
+#include "trace.h"
+
+namespace tandem::scheduler {
+
+struct SchedulerParams {
+  uint64_t period_ns = 1000000;
+  int quiet_samples = 1;
+  FillParams fill;
+};
+
+class GpuScheduler {
+ public:
+  GpuScheduler(const std::string& uuid, const SchedulerParams& params);
+
+  GpuSegment& segment() { return segment_; }
+  // One period. `now_ns` is CLOCK_MONOTONIC.
+  void tick(uint64_t now_ns);
+
+  GpuPhase gpu_phase() const { return detector_.phase(); }
+  FillPhase fill_phase() const { return policy_.phase(); }
+  const BubbleDetector& detector() const { return detector_; }
+  uint64_t ticks() const { return ticks_; }
+  uint64_t tick_ns_total() const { return tick_ns_total_; }
+  Trace& trace() { return trace_; }
+
+ private:
+  SchedulerParams params_;
+  GpuSegment segment_;
+  BubbleDetector detector_;
+  FillPolicy policy_;
+  Trace trace_;
+  std::vector<FillerState> fillers_;
+  std::vector<Grant> grants_;
+  GpuPhase last_phase_ = GpuPhase::busy;
+  uint64_t ticks_ = 0, tick_ns_total_ = 0;
+};
+
+}  // namespace tandem::scheduler
