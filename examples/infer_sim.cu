@@ -79,8 +79,8 @@ int main(int argc, char** argv) {
   mean /= static_cast<double>(latencies_ms.size());
   std::printf(
       "{\"example\":\"infer-sim\",\"requests\":%d,\"throughput_rps\":%.3f,\"p50_ms\":%.3f,\"p95_ms\":%.3f,"
-      "\"p99_ms\":%.3f,\"mean_ms\":%.3f,\"elapsed_s\":%.3f,\"mode\":\"%s\"}\n",
+      "\"p99_ms\":%.3f,\"mean_ms\":%.3f,\"elapsed_s\":%.3f,\"mode\":\"%s\",\"gpu_ms_per_request\":%.3f}\n",
       done, done / elapsed, percentile(latencies_ms, 50), percentile(latencies_ms, 95),
-      percentile(latencies_ms, 99), mean, elapsed, rate > 0 ? "poisson" : "closed-loop");
+      percentile(latencies_ms, 99), mean, elapsed, rate > 0 ? "poisson" : "closed-loop", kernels * kernel_us / 1e3);
   return 0;
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job: train-sim and infer-sim share one GPU under libtandem.so, and each process's
-# view as tandem saw it is printed (launches by entry point, NCCL kernels, memory), beside
-# what the examples measured themselves. Runs on the real GPU when nvidia-smi finds one,
-# otherwise on the simulated GPU. Usage: scripts/demo.sh [--seconds S]
+# The main job: training with communication and data-loading bubbles (train-sim) shares one
+# GPU with batch inference (infer-sim). Four configurations, each for --seconds S (default 5):
+#   Exclusive training, Exclusive inference, Co-Exec (both, no tandem), tandem (both under
+#   libtandem.so with tandemd's fill policy). Prints normalized throughputs, inference p95 and
+#   bubble utilization; writes a Perfetto trace and a PNG timeline. Runs on the real GPU when
+#   nvidia-smi finds one, otherwise on the simulated GPU.   Usage: scripts/demo.sh [--seconds S]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=5
@@ -14,17 +16,34 @@ if nvidia-smi -L >/dev/null 2>&1; then
 else
   echo "demo: no GPU found, using the simulated GPU (build/simgpu)"
   export LD_LIBRARY_PATH="$PWD/build/simgpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export SIMGPU_SHM="/simgpu-demo-$$"
 fi
-out=$(mktemp -d /tmp/tandem-demo.XXXXXX)
-export LD_PRELOAD="$PWD/build/lib/libtandem.so"
-export TANDEM_STATS_FILE="$out/stats-%p.json"
+out=${TANDEM_DEMO_OUT:-$(mktemp -d /tmp/tandem-demo.XXXXXX)}
+mkdir -p "$out"
+train() { build/bin/train-sim --seconds "$seconds"; }
+infer() { build/bin/infer-sim --seconds "$seconds"; }
 
-TANDEM_ROLE=training build/bin/train-sim --seconds "$seconds" >"$out/train.json" &
-train=$!
-TANDEM_ROLE=batch-inference build/bin/infer-sim --seconds "$seconds" >"$out/infer.json" &
-infer=$!
-wait $train
-wait $infer
-unset LD_PRELOAD
-python3 scripts/demo_report.py "$out"
-echo "demo: raw files in $out"
+echo "demo: 1/4 exclusive training";  train >"$out/exclusive-train.json"
+echo "demo: 2/4 exclusive inference"; infer >"$out/exclusive-infer.json"
+echo "demo: 3/4 co-exec (no tandem)"
+train >"$out/coexec-train.json" & a=$!
+infer >"$out/coexec-infer.json" & b=$!
+wait $a $b
+
+echo "demo: 4/4 tandem (fill policy)"
+export TANDEM_SOCKET="$out/tandemd.sock"
+build/bin/tandemd --foreground --socket "$TANDEM_SOCKET" --log warn 2>"$out/tandemd.log" & daemon=$!
+trap 'kill $daemon 2>/dev/null || true' EXIT
+for _ in $(seq 50); do [ -S "$TANDEM_SOCKET" ] && break; sleep 0.1; done
+export TANDEM_STATS_FILE="$out/stats-%p.json"
+LD_PRELOAD="$PWD/build/lib/libtandem.so" TANDEM_ROLE=training train >"$out/tandem-train.json" & a=$!
+LD_PRELOAD="$PWD/build/lib/libtandem.so" TANDEM_ROLE=batch-inference infer >"$out/tandem-infer.json" & b=$!
+sleep 1
+build/bin/tandemctl trace --seconds 1 --out "$out/trace.json" >/dev/null || echo "demo: no trace recorded"
+build/bin/tandemctl status >"$out/status.txt" || true
+wait $a $b
+kill $daemon; wait $daemon 2>/dev/null || true
+trap - EXIT
+# The report wants matplotlib from Debian (python3-matplotlib): prefer the system interpreter.
+py=$(command -v /usr/bin/python3 || command -v python3)
+"$py" scripts/demo_report.py "$out"

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -17,7 +18,8 @@ namespace {
 
 const char* kUsage =
     "usage: tandemctl <command> [options]\n"
-    "  status [--json] [--socket PATH]   what the daemon sees: clients and roles\n"
+    "  status [--json] [--socket PATH]   what the daemon sees: GPUs, bubbles, clients, tokens\n"
+    "  trace --seconds N --out FILE      record N seconds of scheduling as a Chrome/Perfetto trace\n"
     "  settings [--markdown]             every TANDEM_* setting with default and description\n"
     "  version                           the version of tandemctl\n";
 
@@ -54,7 +56,9 @@ int settings(bool markdown) {
   return 0;
 }
 
-int status(const std::string& socket_path, bool json) {
+// One request, one reply; exits with a message when no daemon answers.
+std::string ask(const std::string& socket_path, tandem::MessageType request, const std::string& body,
+                tandem::MessageType reply_type) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof addr.sun_path) usage_error("socket path too long");
@@ -62,17 +66,57 @@ int status(const std::string& socket_path, bool json) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     std::fprintf(stderr, "tandemctl: no tandemd answers on %s (%s)\n", socket_path.c_str(), std::strerror(errno));
-    return 1;
+    std::exit(1);
   }
   tandem::MessageHeader h{};
   std::string payload;
-  if (!tandem::send_message(fd, tandem::MessageType::status_request, "{}") ||
-      tandem::recv_message(fd, h, payload, 2000) != tandem::RecvStatus::ok ||
-      h.type != static_cast<uint32_t>(tandem::MessageType::status_reply)) {
-    std::fprintf(stderr, "tandemctl: tandemd on %s did not answer the status request\n", socket_path.c_str());
-    return 1;
+  if (!tandem::send_message(fd, request, body) ||
+      tandem::recv_message(fd, h, payload, 5000, tandem::kMaxReplyPayload) != tandem::RecvStatus::ok ||
+      h.type != static_cast<uint32_t>(reply_type)) {
+    std::fprintf(stderr, "tandemctl: tandemd on %s did not answer\n", socket_path.c_str());
+    std::exit(1);
   }
   close(fd);
+  return payload;
+}
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+int trace(const std::string& socket_path, double seconds, const std::string& out) {
+  if (seconds <= 0 || out.empty()) usage_error("trace needs --seconds N (> 0) and --out FILE");
+  // The daemon's clock is this machine's CLOCK_MONOTONIC: mark now, wait, fetch what came since.
+  ask(socket_path, tandem::MessageType::status_request, "{}", tandem::MessageType::status_reply);
+  uint64_t since = monotonic_ns();
+  timespec wait{static_cast<time_t>(seconds), static_cast<long>((seconds - static_cast<double>(static_cast<time_t>(seconds))) * 1e9)};
+  nanosleep(&wait, nullptr);
+  std::string reply = ask(socket_path, tandem::MessageType::trace_request,
+                          nlohmann::json{{"since_ns", since}}.dump(), tandem::MessageType::trace_reply);
+  nlohmann::json j = nlohmann::json::parse(reply, nullptr, false);
+  if (j.is_discarded()) {
+    std::fprintf(stderr, "tandemctl: malformed trace reply\n");
+    return 1;
+  }
+  nlohmann::json events = nlohmann::json::array();
+  for (auto& [uuid, t] : j["gpus"].items())
+    for (auto& e : t["traceEvents"]) events.push_back(e);
+  FILE* f = std::fopen(out.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "tandemctl: cannot write %s: %s\n", out.c_str(), std::strerror(errno));
+    return 1;
+  }
+  std::string text = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  std::printf("tandemctl: %zu events in %s (open it in ui.perfetto.dev)\n", events.size(), out.c_str());
+  return 0;
+}
+
+int status(const std::string& socket_path, bool json) {
+  std::string payload = ask(socket_path, tandem::MessageType::status_request, "{}", tandem::MessageType::status_reply);
   if (json) {
     std::printf("%s\n", payload.c_str());
     return 0;
@@ -91,6 +135,20 @@ int status(const std::string& socket_path, bool json) {
     std::printf("%-8d %-6d %-16s %.1f s\n", c["pid"].get<int>(), c["uid"].get<int>(),
                 c["role"].get<std::string>().c_str(), c["connected_s"].get<double>());
   if (j["clients"].empty()) std::printf("(no clients)\n");
+  for (const auto& g : j["gpus"]) {
+    std::printf("\nGPU %s: %s, fill %s, %llu bubbles (mean %.2f ms, longest %.2f ms; busy mean %.2f ms)\n",
+                g["uuid"].get<std::string>().c_str(), g["phase"].get<std::string>().c_str(),
+                g["fill_phase"].get<std::string>().c_str(), g["bubbles"].get<unsigned long long>(),
+                g["mean_bubble_ms"].get<double>(), g["longest_bubble_ms"].get<double>(), g["mean_busy_ms"].get<double>());
+    std::printf("  %-5s %-8s %-7s %10s %8s %12s %12s %10s %12s\n", "SLOT", "PID", "GATE", "LAUNCHES", "NCCL",
+                "TOKENS(us)", "GRANTED(ms)", "WAITS", "WAITED(ms)");
+    for (const auto& s : g["slots"])
+      std::printf("  %-5d %-8d %-7s %10llu %8llu %12.1f %12.1f %10llu %12.1f\n", s["slot"].get<int>(), s["pid"].get<int>(),
+                  s["gate"].get<std::string>().c_str(), s["launches"].get<unsigned long long>(),
+                  s["nccl_launches"].get<unsigned long long>(), static_cast<double>(s["tokens_ns"].get<long long>()) / 1e3,
+                  static_cast<double>(s["granted_ns"].get<unsigned long long>()) / 1e6,
+                  s["gate_waits"].get<unsigned long long>(), s["gate_wait_ms"].get<double>());
+  }
   return 0;
 }
 
@@ -101,16 +159,21 @@ int main(int argc, char** argv) {
   if (argc < 2) usage_error("missing command");
   std::string command = argv[1];
   bool json = false, markdown = false;
+  double seconds = 0;
+  std::string out;
   std::string socket_path = tandem::setting_text(tandem::SettingId::TANDEM_SOCKET);
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json") json = true;
     else if (a == "--markdown") markdown = true;
     else if (a == "--socket" && i + 1 < argc) socket_path = argv[++i];
+    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else if (a == "--out" && i + 1 < argc) out = argv[++i];
     else usage_error("unknown argument " + a);
   }
   if (command == "status") return status(socket_path, json);
   if (command == "settings") return settings(markdown);
+  if (command == "trace") return trace(socket_path, seconds, out);
   if (command == "version") {
     std::printf("tandemctl %s\n", TANDEM_VERSION_STRING);
     return 0;

@@ -45,7 +45,9 @@ FillPhase FillPolicy::step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_starte
     if (!f.wants_work) continue;
     // Room under the in-flight bound, counting what the filler already holds unspent.
     int64_t room = inflight_share - static_cast<int64_t>(f.inflight_ns) - std::max<int64_t>(f.tokens_ns, 0);
-    int64_t grant = std::min(share, room);
+    // Stable: a long, steady bubble; fill up to the in-flight bound at once, since the bound,
+    // not the per-period rate, is what limits how long training can be delayed.
+    int64_t grant = phase_ == FillPhase::stable ? room : std::min(share, room);
     if (grant > 0) grants.push_back({f.id, grant});
   }
   return phase_;

@@ -4,7 +4,7 @@
 //                 at once, and a long kernel must not be disturbed);
 //   incremental   then a growing share of each period: start, start + step, ... up to 1;
 //   stable        once the bubble has lasted `stable_after_ns` (a long, steady bubble such as
-//                 an all-reduce): the full period.
+//                 an all-reduce): full rate, each filler topped up to its in-flight share.
 // Each period's budget is split equally among the fillers that want work, and no filler may
 // have more than its share of `max_inflight_ns` launched but unfinished: when training
 // resumes it waits for at most that much filler work.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -29,7 +30,7 @@ uint64_t monotonic_ns() {
 
 namespace {
 
-constexpr int kClientTimeoutMs = 1000;  // a client that starts a message must finish it
+constexpr int kClientTimeoutMs = 50;  // a client that starts a message must finish it: the loop also ticks the GPUs
 
 bool make_address(const std::string& path, sockaddr_un& addr) {
   std::memset(&addr, 0, sizeof addr);
@@ -168,12 +169,19 @@ bool Server::handle(Client& client) {
     send_error(client.fd, s == RecvStatus::too_large ? EMSGSIZE : EPROTO, recv_status_name(s));
     return false;
   }
-  switch (static_cast<MessageType>(header.type)) {
-    case MessageType::hello: return handle_hello(client, payload);
-    case MessageType::status_request: return send_message(client.fd, MessageType::status_reply, status_json());
-    case MessageType::trace_request: return handle_trace(client, payload);
-    default:
-      return send_error(client.fd, EBADMSG, "unknown message type " + std::to_string(header.type));
+  // A handler that throws (a JSON field of the wrong type, a failed allocation) answers this
+  // client with an error; it must never take the daemon, and everyone else, down.
+  try {
+    switch (static_cast<MessageType>(header.type)) {
+      case MessageType::hello: return handle_hello(client, payload);
+      case MessageType::status_request: return send_message(client.fd, MessageType::status_reply, status_json());
+      case MessageType::trace_request: return handle_trace(client, payload);
+      default:
+        return send_error(client.fd, EBADMSG, "unknown message type " + std::to_string(header.type));
+    }
+  } catch (const std::exception& e) {
+    TANDEM_LOG_WARN("client pid {}: message type {}: {}", client.pid, header.type, e.what());
+    return send_error(client.fd, EINVAL, e.what());
   }
 }
 

@@ -67,6 +67,16 @@ TEST_CASE("daemon: hello identifies by SO_PEERCRED, errors keep the connection, 
   CHECK(type == static_cast<uint32_t>(MessageType::error));
   auto garbage = ask(a, MessageType::hello, "not json", &type);
   CHECK(type == static_cast<uint32_t>(MessageType::error));
+  // Valid JSON with a field of the wrong type is an error reply, not a dead daemon.
+  for (const char* bad : {R"({"role": 5})", R"({"role": "training", "gpu": 7})"}) {
+    nlohmann::json hello = nlohmann::json::parse(bad);
+    hello["pid"] = getpid();
+    auto wrong = ask(a, MessageType::hello, hello.dump(), &type);
+    CHECK(type == static_cast<uint32_t>(MessageType::error));
+    CHECK(wrong["errno"] == EINVAL);
+  }
+  ask(a, MessageType::trace_request, R"({"since_ns": "soon"})", &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::error));
 
   // A client sending an oversized frame is dropped; the others are still served.
   int b = connect_to(path);

@@ -91,7 +91,7 @@ TEST_CASE("fill policy: closed, conservative, incremental (growing), stable") {
   }
   CHECK(amounts == std::vector<int64_t>{250000, 500000, 750000});
   CHECK(policy.step(GpuPhase::bubble, start + 4 * kMs, start, fillers, grants) == FillPhase::stable);
-  CHECK(grants[0].tokens_ns == static_cast<int64_t>(kMs));
+  CHECK(grants[0].tokens_ns == static_cast<int64_t>(100 * kMs));  // topped up to the in-flight bound
   // Training resumes: closed again, and the ramp starts over in the next bubble.
   CHECK(policy.step(GpuPhase::busy, start + 5 * kMs, start, fillers, grants) == FillPhase::closed);
   policy.step(GpuPhase::bubble, start + 10 * kMs, start + 8 * kMs, fillers, grants);
@@ -102,8 +102,9 @@ TEST_CASE("fill policy: fair shares for 1, 2 and 4 fillers, the in-flight cap, i
   FillParams p;
   p.period_ns = kMs;
   p.conservative_ns = 0;
-  p.stable_after_ns = 0;
-  p.max_inflight_ns = 2 * kMs;
+  p.stable_after_ns = 100 * kMs;  // incremental: the per-period budget is what is shared
+  p.incremental_start = 1.0;
+  p.max_inflight_ns = 8 * kMs;
   for (int n : {1, 2, 4}) {
     FillPolicy policy(p);
     std::vector<FillerState> fillers;
