@@ -34,6 +34,7 @@ double percentile(std::vector<double> v, double p) {
   std::fprintf(code ? stderr : stdout,
                "usage: launch_overhead --driver LIBCUDA --tandem LIBTANDEM [--rounds N] [--batch B]\n"
                "         [--module FATBIN --kernel NAME]   (needed for a driver that runs kernels)\n"
+               "         [--settle-ms N]  wait after warm-up (a process with TANDEM_ROLE registers meanwhile)\n"
                "Prints JSON: per-launch ns without and with the hook, and the difference (p50, p99).\n");
   std::exit(code);
 }
@@ -42,7 +43,7 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   std::string driver, tandem, module, kernel;
-  long rounds = 2000, batch = 1000;
+  long rounds = 2000, batch = 1000, settle_ms = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     else if (a == "--kernel") kernel = next();
     else if (a == "--rounds") rounds = std::atol(next());
     else if (a == "--batch") batch = std::atol(next());
+    else if (a == "--settle-ms") settle_ms = std::atol(next());
     else if (a == "--help" || a == "-h") usage(0);
     else usage(2);
   }
@@ -102,6 +104,10 @@ int main(int argc, char** argv) {
   };
   run(real_launch);  // warm-up: bootstrap, caches
   run(hook_launch);
+  if (settle_ms > 0) {
+    timespec ts{settle_ms / 1000, (settle_ms % 1000) * 1000000};
+    nanosleep(&ts, nullptr);
+  }
 
   std::vector<double> without_hook, with_hook, added;
   for (long r = 0; r < rounds; ++r) {
@@ -120,9 +126,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"benchmark\":\"launch_overhead\",\"driver\":\"%s\",\"rounds\":%ld,\"batch\":%ld,"
       "\"no_hook_ns\":{\"p50\":%.1f,\"p99\":%.1f},\"hook_ns\":{\"p50\":%.1f,\"p99\":%.1f},"
-      "\"added_ns\":{\"p50\":%.1f,\"p99\":%.1f},\"budget_p50_ns\":20}\n",
+      "\"added_ns\":{\"p50\":%.1f,\"p99\":%.1f},\"role\":\"%s\"}\n",
       driver.c_str(), rounds, batch, percentile(without_hook, 50), percentile(without_hook, 99),
       percentile(with_hook, 50), percentile(with_hook, 99), percentile(added, 50),
-      percentile(added, 99));
+      percentile(added, 99), getenv("TANDEM_ROLE") ? getenv("TANDEM_ROLE") : "none");
   return 0;
 }

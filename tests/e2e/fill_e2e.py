@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""End-to-end checks of the fill policy on the simulated GPU, as ratios measured in one run.
+
+usage: fill_e2e.py BUILD_DIR CASE
+  retention       training under tandem keeps >= 0.95 of Exclusive, Co-Exec is clearly lower,
+                  and the filler makes progress
+  daemon-killed   tandemd is killed mid-run: training and the filler both finish normally
+  client-killed   the filler is killed mid-run: its slot and tokens are reclaimed, training
+                  goes on, and a new filler registers and makes progress
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def last_json(text):
+    lines = [l for l in text.splitlines() if l.startswith("{")]
+    return json.loads(lines[-1])
+
+
+class Env:
+    def __init__(self, build):
+        self.build = build
+        self.tmp = tempfile.mkdtemp(prefix="tandem-e2e-")
+        self.socket = os.path.join(self.tmp, "tandemd.sock")
+        self.base = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "simgpu"),
+                         SIMGPU_SHM=f"/simgpu-e2e-{os.getpid()}", TANDEM_SOCKET=self.socket)
+
+    def start(self, exe, *args, role=None):
+        env = dict(self.base)
+        if role:
+            env.update(LD_PRELOAD=os.path.join(self.build, "lib", "libtandem.so"), TANDEM_ROLE=role,
+                       TANDEM_STATS_FILE=os.path.join(self.tmp, "stats-%p.json"))
+        return subprocess.Popen([os.path.join(self.build, "bin", exe), *args], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def daemon(self):
+        d = subprocess.Popen([os.path.join(self.build, "bin", "tandemd"), "--foreground", "--socket", self.socket,
+                              "--log", "warn"], env=self.base, stderr=subprocess.PIPE, text=True)
+        for _ in range(100):
+            if os.path.exists(self.socket):
+                return d
+            time.sleep(0.05)
+        raise SystemExit("FAIL: tandemd did not start")
+
+    def status(self):
+        out = subprocess.run([os.path.join(self.build, "bin", "tandemctl"), "status", "--json", "--socket", self.socket],
+                             capture_output=True, text=True, timeout=10)
+        return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def finish(p, timeout=60):
+    out, err = p.communicate(timeout=timeout)
+    if p.returncode != 0:
+        raise SystemExit(f"FAIL: {p.args[0]} exited with {p.returncode}: {err[-2000:]}")
+    return last_json(out)
+
+
+def check(cond, message):
+    print(("ok   " if cond else "FAIL ") + message)
+    if not cond:
+        raise SystemExit(1)
+
+
+def retention(env, seconds="3"):
+    alone = finish(env.start("train-sim", "--seconds", seconds))["iters_per_s"]
+    a, b = env.start("train-sim", "--seconds", seconds), env.start("infer-sim", "--seconds", seconds)
+    coexec = finish(a)["iters_per_s"]
+    finish(b)
+    d = env.daemon()
+    a = env.start("train-sim", "--seconds", seconds, role="training")
+    b = env.start("infer-sim", "--seconds", seconds, role="batch-inference")
+    tandem = finish(a)["iters_per_s"]
+    filler = finish(b)
+    d.terminate()
+    d.wait()
+    print(f"training it/s: exclusive {alone:.2f}, co-exec {coexec:.2f} ({coexec / alone:.3f}), "
+          f"tandem {tandem:.2f} ({tandem / alone:.3f}); filler {filler['requests']} requests")
+    check(tandem / alone >= 0.95, f"training under tandem keeps {tandem / alone:.3f} >= 0.95 of Exclusive")
+    check(coexec / alone <= 0.90, f"Co-Exec is measurably lower ({coexec / alone:.3f} <= 0.90)")
+    check(filler["requests"] >= 20, f"the filler made progress ({filler['requests']} requests)")
+
+
+def daemon_killed(env):
+    d = env.daemon()
+    a = env.start("train-sim", "--seconds", "3", role="training")
+    b = env.start("infer-sim", "--seconds", "3", role="batch-inference")
+    time.sleep(1.0)
+    st = env.status()
+    check(st is not None and len(st["gpus"]) == 1 and len(st["gpus"][0]["slots"]) == 2, "both processes registered")
+    d.kill()
+    d.wait()
+    t, i = finish(a), finish(b)  # fail open: neither hangs
+    check(t["iterations"] > 0 and i["requests"] > 0, "training and the filler finished after the daemon died")
+    # And they come back when it returns: a new daemon, new clients register with it.
+    d = env.daemon()
+    a = env.start("train-sim", "--seconds", "1.5", role="training")
+    time.sleep(1.0)
+    st = env.status()
+    finish(a)
+    d.terminate()
+    d.wait()
+    check(st is not None and any(s["pid"] == a.pid for g in st["gpus"] for s in g["slots"]), "a restarted daemon is used")
+
+
+def client_killed(env):
+    d = env.daemon()
+    a = env.start("train-sim", "--seconds", "4", role="training")
+    b = env.start("infer-sim", "--seconds", "10", role="batch-inference")
+    time.sleep(1.0)
+    st = env.status()
+    check(st and len(st["gpus"][0]["slots"]) == 2, "training and filler registered")
+    b.send_signal(signal.SIGKILL)
+    b.wait()
+    time.sleep(0.3)
+    st = env.status()
+    slots = st["gpus"][0]["slots"]
+    check(len(slots) == 1 and slots[0]["pid"] == a.pid, "the killed filler's slot (and its tokens) were reclaimed")
+    c = env.start("infer-sim", "--seconds", "2", role="batch-inference")
+    filler = finish(c)
+    t = finish(a)
+    d.terminate()
+    d.wait()
+    check(filler["requests"] > 0 and t["iterations"] > 0, f"a new filler ran ({filler['requests']} requests) beside training")
+
+
+def main():
+    build, case = sys.argv[1], sys.argv[2]
+    env = Env(build)
+    {"retention": retention, "daemon-killed": daemon_killed, "client-killed": client_killed}[case](env)
+    print(f"fill e2e {case}: ok")
+
+
+if __name__ == "__main__":
+    main()
