@@ -23,6 +23,11 @@
 #define TANDEM_ROLE_INFERENCE 2u
 #define TANDEM_ROLE_BATCH_INFERENCE 3u
 
+/* What the daemon sees on the GPU (header.gpu_phase). */
+#define TANDEM_GPU_BUSY 0u        /* training computes */
+#define TANDEM_GPU_BUBBLE 1u      /* training left the GPU idle */
+#define TANDEM_GPU_NO_TRAINING 2u /* nothing to protect */
+
 /* Gate modes, set by the daemon. */
 #define TANDEM_GATE_OPEN 0u   /* launches pass: not gated, or failed open */
 #define TANDEM_GATE_TOKENS 1u /* launches take tokens; wait on `wake` when there are none */
@@ -51,7 +56,11 @@ struct tandem_slot {
   uint64_t gate_waits;        /* launches that had to wait for tokens */
   uint64_t gate_wait_ns;      /* total time waited */
   uint64_t heartbeat_ns;      /* the client's progress thread, every period */
-  uint8_t client_reserved[112];
+  uint64_t requests;          /* online inference: requests seen (launches between host syncs) */
+  uint64_t request_ns;        /* online inference: learned GPU time of one request */
+  uint64_t admission_waits;   /* requests that waited for a bubble */
+  uint64_t admission_wait_ns; /* time they waited */
+  uint8_t client_reserved[80];
 };
 
 struct tandem_shm_header {
@@ -62,7 +71,10 @@ struct tandem_shm_header {
   uint8_t gpu_uuid[16];
   uint64_t daemon_heartbeat_ns; /* CLOCK_MONOTONIC of the daemon's last tick: clients fail open when stale */
   uint64_t sample_us;           /* the daemon's sampling period */
-  uint8_t reserved[80];
+  uint32_t gpu_phase;           /* TANDEM_GPU_* */
+  uint32_t bubble_seq;          /* futex word: incremented (and woken) when a bubble starts */
+  uint64_t predicted_bubble_end_ns; /* learned end of the current bubble (0: unknown or busy) */
+  uint8_t reserved[64];
   struct tandem_slot slots[TANDEM_MAX_SLOTS];
 };
 

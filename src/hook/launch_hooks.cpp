@@ -5,6 +5,7 @@
 #include "counters.h"
 #include "gate.h"
 #include "progress.h"
+#include "request_admission.h"
 #include "handle_map.h"
 #include "hooks.h"
 #include "kernel_kind.h"
@@ -28,7 +29,9 @@ inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, 
     CUcontext ctx = nullptr;
     if (g_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) g_notes.context.store(ctx, std::memory_order_release);
   }
-  if (gated_role()) {
+  if (g_role == TANDEM_ROLE_INFERENCE) {
+    request_launch();
+  } else if (g_role == TANDEM_ROLE_BATCH_INFERENCE) {
     gate_take(cost);
   } else if (kind == KernelKind::nccl && g_notes.work_since_marker.load(std::memory_order_relaxed)) {
     record_marker_now(s, per_thread);
@@ -59,7 +62,7 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
   KernelKind kind = kernel_kind(f);
   bool managed = g_role != TANDEM_ROLE_NONE;
   if (managed) {
-    uint64_t cost = gated_role() ? launch_cost_ns(d.gx, d.gy, d.gz, d.bx, d.by, d.bz) : 0;
+    uint64_t cost = g_role == TANDEM_ROLE_BATCH_INFERENCE ? launch_cost_ns(d.gx, d.gy, d.gz, d.bx, d.by, d.bz) : 0;
     if (cost) g_last_cost_ns.store(cost, std::memory_order_relaxed);
     before_managed_launch(kind, s, per_thread_stream, cost);
   }

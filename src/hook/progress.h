@@ -23,10 +23,6 @@ struct ProgressNotes {
 extern ProgressNotes g_notes;
 extern uint32_t g_role;  // TANDEM_ROLE_*, fixed at bootstrap
 
-inline bool gated_role() noexcept {
-  return g_role == TANDEM_ROLE_BATCH_INFERENCE || g_role == TANDEM_ROLE_INFERENCE;
-}
-
 // Starts the progress thread once per process (bootstrap, and a forked child's first call).
 void start_progress_thread() noexcept;
 void progress_after_fork_child() noexcept;

@@ -6,15 +6,18 @@
 
 #include <climits>
 
+#include "log.h"
+
 namespace tandem::scheduler {
 
 namespace {
-bool gated(uint32_t role) { return role == TANDEM_ROLE_BATCH_INFERENCE || role == TANDEM_ROLE_INFERENCE; }
+bool gated(uint32_t role) { return role == TANDEM_ROLE_BATCH_INFERENCE; }
 
-void wake(tandem_slot& s) {
-  __atomic_fetch_add(&s.wake, 1, __ATOMIC_RELEASE);
-  syscall(SYS_futex, &s.wake, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+void wake_word(uint32_t* word) {
+  __atomic_fetch_add(word, 1, __ATOMIC_RELEASE);
+  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
+void wake(tandem_slot& s) { wake_word(&s.wake); }
 }  // namespace
 
 GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
@@ -53,11 +56,16 @@ void GpuScheduler::tick(uint64_t now_ns) {
     if (__atomic_exchange_n(&s.gate, gate, __ATOMIC_ACQ_REL) != gate && gate == TANDEM_GATE_OPEN) wake(s);
   }
   GpuPhase phase = training ? detector_.update(sample) : GpuPhase::bubble;
+  __atomic_store_n(&shm->predicted_bubble_end_ns, training ? detector_.predicted_bubble_end_ns() : 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&shm->gpu_phase, !training ? TANDEM_GPU_NO_TRAINING
+                                   : phase == GpuPhase::bubble ? TANDEM_GPU_BUBBLE : TANDEM_GPU_BUSY, __ATOMIC_RELEASE);
   if (phase != last_phase_) {
     trace_.add({phase == GpuPhase::bubble ? detector_.phase_started_ns() : now_ns,
                 phase == GpuPhase::bubble ? 'B' : 'E', 0, 0});
     last_phase_ = phase;
+    if (phase == GpuPhase::bubble) wake_word(&shm->bubble_seq);  // online requests waiting for one
   }
+  check_admission(shm);
   if (!training) return;
 
   policy_.step(phase, now_ns, detector_.phase_started_ns(), fillers_, grants_);
@@ -74,6 +82,25 @@ void GpuScheduler::tick(uint64_t now_ns) {
     __atomic_fetch_add(&s.granted_ns, static_cast<uint64_t>(g.tokens_ns), __ATOMIC_RELAXED);
     wake(s);
     trace_.add({now_ns, 'G', s.pid, g.tokens_ns});
+  }
+}
+
+// Principle II (SpecInF): an online filler whose single request takes longer than the longest
+// bubble can never be served inside one. Said once per client, with the figures.
+void GpuScheduler::check_admission(tandem_shm_header* shm) {
+  refusals_.clear();
+  if (detector_.bubbles() < 3) return;  // not enough of the iteration profile learned yet
+  for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
+    tandem_slot& s = shm->slots[i];
+    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE || s.role != TANDEM_ROLE_INFERENCE) continue;
+    uint64_t request = __atomic_load_n(&s.request_ns, __ATOMIC_ACQUIRE);
+    if (request == 0 || request <= detector_.longest_bubble_ns()) continue;
+    std::string why = "pid " + std::to_string(s.pid) + ": one request takes " + std::to_string(request / 1000) +
+                      " us, longer than the longest bubble (" + std::to_string(detector_.longest_bubble_ns() / 1000) +
+                      " us): it cannot fill bubbles and runs only when its SLO wait expires";
+    refusals_.push_back(why);
+    uint64_t key = (static_cast<uint64_t>(i) << 32) | s.generation;
+    if (warned_.insert(key).second) TANDEM_LOG_WARN("admission refused for {}", why);
   }
 }
 

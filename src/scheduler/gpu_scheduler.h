@@ -3,6 +3,7 @@
 // policy grant tokens to the gated clients (or take them back), waking any that wait.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ class GpuScheduler {
   uint64_t ticks() const { return ticks_; }
   uint64_t tick_ns_total() const { return tick_ns_total_; }
   Trace& trace() { return trace_; }
+  // Colocations refused by the admission checks, each with the reason (status shows them).
+  const std::vector<std::string>& refusals() const { return refusals_; }
 
  private:
   SchedulerParams params_;
@@ -42,7 +45,11 @@ class GpuScheduler {
   Trace trace_;
   std::vector<FillerState> fillers_;
   std::vector<Grant> grants_;
+  void check_admission(tandem_shm_header* shm);
+
   GpuPhase last_phase_ = GpuPhase::busy;
+  std::vector<std::string> refusals_;
+  std::set<uint64_t> warned_;  // (slot, generation) already warned about
   uint64_t ticks_ = 0, tick_ns_total_ = 0;
 };
 

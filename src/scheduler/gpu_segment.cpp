@@ -42,8 +42,9 @@ int GpuSegment::claim(int pid, uint32_t role) {
     s.pid = pid;
     s.role = role;
     s.generation = generation;
-    bool gated = role == TANDEM_ROLE_BATCH_INFERENCE || role == TANDEM_ROLE_INFERENCE;
-    s.gate = gated ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN;
+    // Batch inference takes tokens kernel by kernel; online inference is admitted request by
+    // request (the client waits for a bubble that can hold the request), its kernels ungated.
+    s.gate = role == TANDEM_ROLE_BATCH_INFERENCE ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN;
     __atomic_store_n(&s.state, TANDEM_SLOT_ACTIVE, __ATOMIC_RELEASE);
     return static_cast<int>(i);
   }

@@ -255,7 +255,10 @@ std::string Server::status_json() const {
                        {"tokens_ns", s.tokens}, {"granted_ns", s.granted_ns}, {"issued_ns", s.issued_ns},
                        {"completed_ns", s.completed_ns}, {"markers_pending", s.markers_recorded - s.markers_completed},
                        {"gate", s.gate == TANDEM_GATE_OPEN ? "open" : "tokens"}, {"gate_waits", s.gate_waits},
-                       {"gate_wait_ms", static_cast<double>(s.gate_wait_ns) / 1e6}});
+                       {"gate_wait_ms", static_cast<double>(s.gate_wait_ns) / 1e6},
+                       {"requests", s.requests}, {"request_ms", static_cast<double>(s.request_ns) / 1e6},
+                       {"admission_waits", s.admission_waits},
+                       {"admission_wait_ms", static_cast<double>(s.admission_wait_ns) / 1e6}});
     }
     gpus.push_back({{"uuid", uuid},
                     {"phase", g->gpu_phase() == GpuPhase::bubble ? "bubble" : "busy"},
@@ -264,6 +267,7 @@ std::string Server::status_json() const {
                     {"mean_bubble_ms", static_cast<double>(d.mean_bubble_ns()) / 1e6},
                     {"mean_busy_ms", static_cast<double>(d.mean_busy_ns()) / 1e6},
                     {"longest_bubble_ms", static_cast<double>(d.longest_bubble_ns()) / 1e6},
+                    {"admission_refused", g->refusals()},
                     {"slots", slots}});
   }
   nlohmann::json j = {{"gpus", gpus},
