@@ -60,7 +60,8 @@ struct tandem_slot {
   uint64_t request_ns;        /* online inference: learned GPU time of one request */
   uint64_t admission_waits;   /* requests that waited for a bubble */
   uint64_t admission_wait_ns; /* time they waited */
-  uint8_t client_reserved[80];
+  uint64_t peak_bytes;        /* the process's peak device memory (admission principle I) */
+  uint8_t client_reserved[72];
 };
 
 struct tandem_shm_header {
@@ -74,7 +75,8 @@ struct tandem_shm_header {
   uint32_t gpu_phase;           /* TANDEM_GPU_* */
   uint32_t bubble_seq;          /* futex word: incremented (and woken) when a bubble starts */
   uint64_t predicted_bubble_end_ns; /* learned end of the current bubble (0: unknown or busy) */
-  uint8_t reserved[64];
+  uint64_t gpu_total_bytes;     /* the GPU's memory, as its first client reported it */
+  uint8_t reserved[56];
   struct tandem_slot slots[TANDEM_MAX_SLOTS];
 };
 

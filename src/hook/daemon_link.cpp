@@ -38,7 +38,7 @@ uint32_t role_code(const char* role) noexcept {
   return TANDEM_ROLE_NONE;
 }
 
-bool link_to_daemon(const unsigned char uuid[16]) noexcept {
+bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noexcept {
   const char* path = setting_text(SettingId::TANDEM_SOCKET);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -53,7 +53,8 @@ bool link_to_daemon(const unsigned char uuid[16]) noexcept {
   try {
     char hex[33];
     for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
-    nlohmann::json hello = {{"pid", getpid()}, {"role", setting_text(SettingId::TANDEM_ROLE)}, {"gpu", hex}};
+    nlohmann::json hello = {{"pid", getpid()}, {"role", setting_text(SettingId::TANDEM_ROLE)}, {"gpu", hex},
+                            {"gpu_total_bytes", gpu_total_bytes}};
     MessageHeader h{};
     std::string reply;
     int shm_fd = -1;

@@ -18,7 +18,7 @@ inline tandem_slot* current_slot() noexcept { return g_slot.load(std::memory_ord
 uint32_t role_code(const char* role) noexcept;
 
 // Tries once to register with the daemon for the GPU `uuid`. True when linked.
-bool link_to_daemon(const unsigned char uuid[16]) noexcept;
+bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noexcept;
 // True while the daemon's socket is open and its heartbeat fresh.
 bool daemon_alive(uint64_t now_ns, uint64_t stale_ns) noexcept;
 // Drops the link (daemon gone): launches pass from now on. Re-linking happens later.

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "capture_state.h"
+#include "counters.h"
 #include "log.h"
 #include "real_driver.h"
 #include "settings.h"
@@ -108,14 +109,16 @@ void* progress_main(void*) {
   unsigned char uuid[16] = {};
   CUdevice dev = 0;
   CUuuid u{};
+  size_t total = 0;
   if (g_real.cuCtxGetDevice(&dev) == CUDA_SUCCESS && g_real.cuDeviceGetUuid_v2(&u, dev) == CUDA_SUCCESS)
     std::memcpy(uuid, u.bytes, sizeof uuid);
+  g_real.cuDeviceTotalMem_v2(&total, dev);
   uint64_t next_link_attempt = 0;
   for (;;) {
     uint64_t now = monotonic_ns();
     if (!current_slot()) {
       if (now >= next_link_attempt) {
-        link_to_daemon(uuid);
+        link_to_daemon(uuid, total);
         next_link_attempt = now + 1000000000ull;  // one attempt a second while there is no daemon
       }
     } else if (!daemon_alive(now, stale)) {
@@ -124,6 +127,8 @@ void* progress_main(void*) {
     }
     if (tandem_slot* slot = current_slot()) {
       __atomic_store_n(&slot->heartbeat_ns, now, __ATOMIC_RELEASE);
+      __atomic_store_n(&slot->peak_bytes, memory_counters().peak_bytes.load(std::memory_order_relaxed),
+                       __ATOMIC_RELAXED);
       if (g_notes.work_since_marker.load(std::memory_order_relaxed) &&
           !g_notes.last_was_nccl.load(std::memory_order_relaxed)) {
         CUstream s = g_notes.last_stream.load(std::memory_order_relaxed);

@@ -85,10 +85,29 @@ void GpuScheduler::tick(uint64_t now_ns) {
   }
 }
 
-// Principle II (SpecInF): an online filler whose single request takes longer than the longest
+// Admission checks (SpecInF principles I and II). Principle II: an online filler whose single request takes longer than the longest
 // bubble can never be served inside one. Said once per client, with the figures.
 void GpuScheduler::check_admission(tandem_shm_header* shm) {
   refusals_.clear();
+  // Principle I: the colocated processes' peak memory must fit the GPU together.
+  uint64_t peaks = 0;
+  std::string who;
+  for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
+    const tandem_slot& s = shm->slots[i];
+    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
+    uint64_t peak = __atomic_load_n(&s.peak_bytes, __ATOMIC_RELAXED);
+    peaks += peak;
+    who += (who.empty() ? "" : ", ") + std::to_string(s.pid) + ": " + std::to_string(peak >> 20) + " MiB";
+  }
+  if (shm->gpu_total_bytes && peaks > shm->gpu_total_bytes) {
+    std::string why = "summed peak memory " + std::to_string(peaks >> 20) + " MiB (" + who + ") exceeds the GPU's " +
+                      std::to_string(shm->gpu_total_bytes >> 20) + " MiB: this colocation will run out of memory";
+    refusals_.push_back(why);
+    if (!memory_warned_) TANDEM_LOG_WARN("admission refused: {}", why);
+    memory_warned_ = true;
+  } else {
+    memory_warned_ = false;
+  }
   if (detector_.bubbles() < 3) return;  // not enough of the iteration profile learned yet
   for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
     tandem_slot& s = shm->slots[i];

@@ -50,6 +50,7 @@ class GpuScheduler {
   GpuPhase last_phase_ = GpuPhase::busy;
   std::vector<std::string> refusals_;
   std::set<uint64_t> warned_;  // (slot, generation) already warned about
+  bool memory_warned_ = false;
   uint64_t ticks_ = 0, tick_ns_total_ = 0;
 };
 

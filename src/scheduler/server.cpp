@@ -209,6 +209,8 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   if (slot < 0) return send_error(client.fd, ENOSPC, "no free client slot on GPU " + uuid);
   client.gpu = uuid;
   client.slot = slot;
+  uint64_t total = j.value("gpu_total_bytes", uint64_t{0});
+  if (total && !g->segment().shm()->gpu_total_bytes) g->segment().shm()->gpu_total_bytes = total;
   TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
   nlohmann::json ok = {{"slot", slot}, {"sample_us", options_.scheduler.period_ns / 1000}};
   return send_message_with_fd(client.fd, MessageType::hello_ok, ok.dump(), g->segment().fd());
@@ -257,7 +259,7 @@ std::string Server::status_json() const {
                        {"gate", s.gate == TANDEM_GATE_OPEN ? "open" : "tokens"}, {"gate_waits", s.gate_waits},
                        {"gate_wait_ms", static_cast<double>(s.gate_wait_ns) / 1e6},
                        {"requests", s.requests}, {"request_ms", static_cast<double>(s.request_ns) / 1e6},
-                       {"admission_waits", s.admission_waits},
+                       {"admission_waits", s.admission_waits}, {"peak_mib", static_cast<double>(s.peak_bytes) / 1048576.0},
                        {"admission_wait_ms", static_cast<double>(s.admission_wait_ns) / 1e6}});
     }
     gpus.push_back({{"uuid", uuid},
