@@ -40,6 +40,19 @@ RecvStatus read_all(int fd, char* data, size_t size, int timeout_ms, bool starte
   return RecvStatus::ok;
 }
 
+// A one-iovec message with room for one descriptor (SCM_RIGHTS), for sendmsg/recvmsg.
+struct FdMessage {
+  iovec iov;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  FdMessage(void* data, size_t size) : iov{data, size} {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+};
+
 }  // namespace
 
 const char* recv_status_name(RecvStatus s) noexcept {
@@ -74,13 +87,8 @@ bool send_message_with_fd(int fd, MessageType type, std::string_view payload, in
   if (payload.size() > kMaxPayload) return false;
   MessageHeader h{static_cast<uint32_t>(type), static_cast<uint32_t>(payload.size())};
   // The descriptor rides on the header's bytes; the payload follows as a normal write.
-  iovec iov{&h, sizeof h};
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  FdMessage m(&h, sizeof h);
+  msghdr& msg = m.msg;
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -104,13 +112,8 @@ RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payl
   } while (ready < 0 && errno == EINTR);
   if (ready < 0) return RecvStatus::io_error;
   if (ready == 0) return RecvStatus::timeout;
-  iovec iov{&header, sizeof header};
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  FdMessage m(&header, sizeof header);
+  msghdr& msg = m.msg;
   ssize_t n;
   do {
     n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);

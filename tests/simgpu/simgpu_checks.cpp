@@ -13,6 +13,7 @@
 #include <string>
 
 #include "../fixtures/fixture.h"
+#include "protocol.h"
 
 
 static CUfunction g_spin;
@@ -28,35 +29,14 @@ static double run_spins(int n, unsigned long long ns) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-static void send_fd(int sock, int fd) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  CHECK(sendmsg(sock, &msg, 0) == 1);
-}
+// The fd crosses processes the way tandemd hands memory over: SCM_RIGHTS on a UNIX socket.
+static void send_fd(int sock, int fd) { CHECK(tandem::send_message_with_fd(sock, tandem::MessageType::hello, "", fd)); }
 
 static int recv_fd(int sock) {
-  char byte;
-  iovec iov{&byte, 1};
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  CHECK(recvmsg(sock, &msg, 0) == 1);
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof fd);
+  tandem::MessageHeader h{};
+  std::string payload;
+  int fd = -1;
+  CHECK(tandem::recv_message_with_fd(sock, h, payload, fd, 5000) == tandem::RecvStatus::ok && fd >= 0);
   return fd;
 }
 
@@ -138,7 +118,7 @@ int main(int argc, char** argv) {
       CK(cuMemsetD32(va, 0xabcd1234, size / 4));
       send_fd(sv[0], fd);
       char done;
-      CHECK(read(sv[0], &done, 1) == 1);
+      CHECK(read(sv[0], &done, 1) == 1);  // the importer's answer
       unsigned v;
       CK(cuMemcpyDtoH(&v, va + 4096, 4));
       _exit(v == 0x5678 ? 0 : 3);
