@@ -1,13 +1,19 @@
-// Kernels of all processes on one simulated GPU contend through a POSIX shared-memory
-// segment. Default (timeslice, a GPU without MPS): one process runs kernels at a time; it
-// keeps the GPU while it has queued kernels, and yields at the end of its time slice when
-// another process waits. mps: processes run together; a kernel is slowed in proportion to
-// the SM oversubscription at its start. Within a process, kernels of different streams
-// overlap while SMs allow. No lock is held across processes: a dead owner is detected by
-// pid and replaced, so a killed process never blocks the others.
+// Kernels of all processes on one simulated GPU contend through a POSIX shared-memory segment
+// (/simgpu-<uid>-dev<N>, prefix SIMGPU_SHM).
+//  * timeslice (default; a GPU without MPS): one process runs kernels at a time. The owner
+//    keeps the GPU while no other process waits; when one waits, ownership passes at the end
+//    of each time slice (SIMGPU_TIMESLICE_US), also in the middle of a kernel: a kernel's work
+//    advances only while its process owns the GPU, as with the hardware's time-sliced
+//    preemption. Two processes each running a 10 ms kernel therefore both take ~20 ms.
+//  * mps: processes run together; a kernel advances at min(1, SMs / SMs in use), so each
+//    slows in proportion to the oversubscription while it lasts.
+// Within a process, kernels of different streams overlap while SMs allow (min(grid, SMs)).
+// No lock is held across processes: every process has a slot (pid, SMs in use, waiting) that
+// a dead process's successor reclaims by pid liveness, and a dead owner is replaced.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,40 +26,98 @@ namespace simgpu {
 
 namespace {
 
-struct SharedGpu {
-  std::atomic<uint32_t> magic;
-  std::atomic<int32_t> owner_pid;         // timeslice: the process running kernels, 0 = none
-  std::atomic<uint64_t> owner_since_ns;   // CLOCK_MONOTONIC is system-wide
-  std::atomic<int32_t> waiters;           // processes waiting for the GPU
-  std::atomic<int32_t> sm_used;           // mps: SMs occupied by running kernels
+constexpr uint32_t kMagic = 0x53475055;  // "SGPU"
+constexpr int kSlots = 128;
+constexpr int kMaxDevices = 16;
+
+struct Slot {
+  std::atomic<int32_t> pid;
+  std::atomic<int32_t> sms;      // SMs occupied by this process's running kernels (mps)
+  std::atomic<int32_t> waiting;  // kernels of this process waiting for the GPU (timeslice)
+  std::atomic<int32_t> unused;
 };
 
-SharedGpu g_private;  // fallback when shared memory is unavailable: contention within the process only
+struct SharedGpu {
+  std::atomic<uint32_t> magic;
+  std::atomic<int32_t> owner_pid;        // timeslice: the process running kernels, 0 = none
+  std::atomic<uint64_t> owner_since_ns;  // start of the owner's slice (CLOCK_MONOTONIC is system-wide)
+  std::atomic<int32_t> yielded_by;       // the last owner that gave the GPU up for a waiter
+  std::atomic<int32_t> pad;
+  Slot slots[kSlots];
+};
+
+SharedGpu g_private[kMaxDevices];  // fallback when shared memory is unavailable
+
+bool alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+// Lock-free once mapped. A stream worker may be mapping when the process forks: the child then
+// gets a fresh mutex (contention_after_fork_child) and maps the segment itself.
+std::atomic<SharedGpu*> g_segments[kMaxDevices];
+std::mutex g_segments_mutex;
 
 SharedGpu* shared_gpu(int device) {
-  static SharedGpu* segments[16];
-  static std::mutex m;
-  std::lock_guard<std::mutex> lock(m);
-  if (segments[device]) return segments[device];
+  std::atomic<SharedGpu*>* segments = g_segments;
+  if (SharedGpu* mapped = segments[device].load(std::memory_order_acquire)) return mapped;
+  std::lock_guard<std::mutex> lock(g_segments_mutex);
+  if (SharedGpu* mapped = segments[device].load()) return mapped;
   std::string name = settings().shm_prefix + "-dev" + std::to_string(device);
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
   void* p = MAP_FAILED;
   if (fd >= 0) {
-    if (ftruncate(fd, sizeof(SharedGpu)) == 0)
+    struct stat st {};
+    // Growing only: a concurrent process may already use the segment; zero fill is a valid idle state.
+    if (fstat(fd, &st) == 0 && (st.st_size >= static_cast<off_t>(sizeof(SharedGpu)) || ftruncate(fd, sizeof(SharedGpu)) == 0))
       p = mmap(nullptr, sizeof(SharedGpu), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
   }
-  if (p == MAP_FAILED) {
-    log(1, "shared memory %s unavailable (%s): no contention with other processes", name.c_str(),
-        std::strerror(errno));
-    segments[device] = &g_private;
-  } else {
-    segments[device] = static_cast<SharedGpu*>(p);  // zero-filled by ftruncate: a valid idle state
+  SharedGpu* gpu = p == MAP_FAILED ? nullptr : static_cast<SharedGpu*>(p);
+  uint32_t expected = 0;
+  if (gpu && !gpu->magic.compare_exchange_strong(expected, kMagic) && expected != kMagic) {
+    log(1, "shared memory %s has an unknown layout: no contention with other processes", name.c_str());
+    gpu = nullptr;
   }
-  return segments[device];
+  if (!gpu) {
+    if (p == MAP_FAILED)
+      log(1, "shared memory %s unavailable (%s): no contention with other processes", name.c_str(), std::strerror(errno));
+    gpu = &g_private[device];
+  }
+  segments[device].store(gpu, std::memory_order_release);
+  return gpu;
 }
 
-bool alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+// This process's slot: found by pid, or claimed from a free or dead process's slot.
+Slot* my_slot(SharedGpu* gpu) {
+  int32_t me = getpid();
+  for (Slot& s : gpu->slots)
+    if (s.pid.load() == me) return &s;
+  for (Slot& s : gpu->slots) {
+    int32_t pid = s.pid.load();
+    if ((pid == 0 || !alive(pid)) && s.pid.compare_exchange_strong(pid, me)) {
+      s.sms.store(0);
+      s.waiting.store(0);
+      return &s;
+    }
+  }
+  return nullptr;  // more than kSlots live processes: this one is not seen by the others
+}
+
+bool others_waiting(SharedGpu* gpu, int32_t me) {
+  for (Slot& s : gpu->slots)
+    if (s.waiting.load() > 0 && s.pid.load() != me && alive(s.pid.load())) return true;
+  return false;
+}
+
+int32_t sms_in_use(SharedGpu* gpu) {
+  int32_t total = 0;
+  for (Slot& s : gpu->slots) {
+    int32_t n = s.sms.load();
+    if (n <= 0) continue;
+    int32_t pid = s.pid.load();
+    if (alive(pid)) total += n;
+    else if (s.pid.compare_exchange_strong(pid, 0)) s.sms.store(0);  // reclaim a killed process's SMs
+  }
+  return total;
+}
 
 void sleep_until(uint64_t deadline_ns) {
   timespec ts{static_cast<time_t>(deadline_ns / 1000000000ull), static_cast<long>(deadline_ns % 1000000000ull)};
@@ -61,38 +125,31 @@ void sleep_until(uint64_t deadline_ns) {
   }
 }
 
-void pause_briefly() {
-  timespec ts{0, 50000};  // 50 µs
-  nanosleep(&ts, nullptr);
-}
+void pause_briefly() { sleep_until(now_ns() + 50000); }  // 50 µs: the polling period of waiters
 
-// Process-local SM accounting: kernels of different streams overlap while SMs allow.
-std::mutex g_local_mutex;
-std::condition_variable g_local_cv;
-int g_local_sms = 0;
-std::atomic<int> g_local_running{0};
-std::atomic<int> g_local_queued{0};  // kernels queued in this process and not yet run
+// Process-local SM accounting per device: kernels of different streams overlap while SMs allow.
+struct LocalGpu {
+  std::mutex m;
+  std::condition_variable cv;
+  int sms = 0;
+  std::atomic<int> running{0};
+  std::atomic<int> queued{0};  // kernels queued and not yet finished
+};
+LocalGpu g_local[kMaxDevices];
 
-void acquire_local_sms(unsigned sms) {
-  std::unique_lock<std::mutex> lock(g_local_mutex);
-  g_local_cv.wait(lock, [&] { return g_local_sms == 0 || g_local_sms + static_cast<int>(sms) <= settings().sms; });
-  g_local_sms += static_cast<int>(sms);
-}
-
-void release_local_sms(unsigned sms) {
-  std::lock_guard<std::mutex> lock(g_local_mutex);
-  g_local_sms -= static_cast<int>(sms);
-  g_local_cv.notify_all();
-}
-
-void acquire_timeslice(SharedGpu* gpu) {
+// Timeslice: waits until this process owns the GPU. A process that just yielded for a waiter
+// lets the waiter take over before competing again.
+void acquire_ownership(SharedGpu* gpu, Slot* slot) {
   int32_t me = getpid();
-  bool waiting = false;
-  uint64_t last_liveness_check = 0;
+  if (gpu->owner_pid.load() == me) return;
+  if (slot) slot->waiting.fetch_add(1);
+  uint64_t last_check = 0, yielded_at = now_ns();
   for (;;) {
     int32_t owner = gpu->owner_pid.load();
     if (owner == me) break;
-    if (owner == 0) {
+    bool defer = gpu->yielded_by.load() == me && now_ns() - yielded_at < settings().timeslice_ns &&
+                 others_waiting(gpu, me);
+    if (owner == 0 && !defer) {
       if (gpu->owner_pid.compare_exchange_strong(owner, me)) {
         gpu->owner_since_ns.store(now_ns());
         break;
@@ -100,58 +157,102 @@ void acquire_timeslice(SharedGpu* gpu) {
       continue;
     }
     uint64_t t = now_ns();
-    if (t - last_liveness_check > 1000000) {  // a killed owner must not hold the GPU forever
-      last_liveness_check = t;
+    if (owner != 0 && t - last_check > 1000000) {  // a killed owner must not hold the GPU forever
+      last_check = t;
       if (!alive(owner) && gpu->owner_pid.compare_exchange_strong(owner, me)) {
         gpu->owner_since_ns.store(now_ns());
         break;
       }
     }
-    if (!waiting) {
-      gpu->waiters.fetch_add(1);
-      waiting = true;
-    }
     pause_briefly();
   }
-  if (waiting) gpu->waiters.fetch_sub(1);
+  if (slot) slot->waiting.fetch_sub(1);
 }
 
-// After a kernel: give the GPU up when this process has nothing running, or when its time
-// slice is over and another process waits.
-void maybe_yield(SharedGpu* gpu) {
+void release_ownership(SharedGpu* gpu, bool for_waiter) {
   int32_t me = getpid();
-  if (gpu->owner_pid.load() != me) return;
-  bool idle = g_local_running.load() == 0 && g_local_queued.load() == 0;
-  bool slice_over = now_ns() - gpu->owner_since_ns.load() >= settings().timeslice_ns;
-  if (idle || (slice_over && gpu->waiters.load() > 0)) {
-    int32_t expected = me;
-    gpu->owner_pid.compare_exchange_strong(expected, 0);
-    if (!idle) pause_briefly();  // let a waiter take its turn
+  if (for_waiter) gpu->yielded_by.store(me);
+  int32_t expected = me;
+  gpu->owner_pid.compare_exchange_strong(expected, 0);
+}
+
+void run_timeslice(SharedGpu* gpu, Slot* slot, LocalGpu& local, uint64_t work_ns) {
+  int32_t me = getpid();
+  uint64_t done = 0;
+  while (done < work_ns) {
+    acquire_ownership(gpu, slot);
+    uint64_t start = now_ns();
+    uint64_t slice_end = gpu->owner_since_ns.load() + settings().timeslice_ns;
+    uint64_t end = start + (work_ns - done);
+    bool contended = others_waiting(gpu, me);
+    if (contended && slice_end < end) end = slice_end > start ? slice_end : start;
+    else if (!contended && slice_end < end) end = std::min(end, start + settings().timeslice_ns);  // look again then
+    sleep_until(end);
+    done += now_ns() - start;  // progress is the time actually owned: oversleeping is not lost
+    if (done < work_ns && gpu->owner_pid.load() == me && now_ns() >= slice_end) {
+      if (others_waiting(gpu, me)) {
+        release_ownership(gpu, true);
+      } else {
+        gpu->owner_since_ns.store(now_ns());  // nobody waits: a new slice
+      }
+    }
   }
+  // Finished: give the GPU up if this process has no other kernel to run.
+  if (local.queued.load() <= 1 && local.running.load() <= 1) release_ownership(gpu, others_waiting(gpu, me));
+  else if (now_ns() - gpu->owner_since_ns.load() >= settings().timeslice_ns && others_waiting(gpu, me))
+    release_ownership(gpu, true);
+}
+
+void run_mps(SharedGpu* gpu, Slot* slot, unsigned sms, uint64_t work_ns) {
+  if (slot) slot->sms.fetch_add(static_cast<int32_t>(sms));
+  double done = 0;
+  while (done < static_cast<double>(work_ns)) {
+    int32_t used = std::max<int32_t>(sms_in_use(gpu), 1);
+    double rate = used > settings().sms ? static_cast<double>(settings().sms) / used : 1.0;
+    uint64_t start = now_ns();
+    uint64_t wall = static_cast<uint64_t>((static_cast<double>(work_ns) - done) / rate);
+    sleep_until(start + std::min<uint64_t>(wall, 1000000));  // rates change: look again every ms
+    done += static_cast<double>(now_ns() - start) * rate;
+  }
+  if (slot) slot->sms.fetch_sub(static_cast<int32_t>(sms));
 }
 
 }  // namespace
 
-void kernel_queued() { g_local_queued.fetch_add(1); }
+void kernel_queued(int device) { g_local[device].queued.fetch_add(1); }
 
 void run_on_gpu(int device, uint64_t duration_ns, unsigned sms) {
+  if (device < 0 || device >= kMaxDevices) device = 0;
   SharedGpu* gpu = shared_gpu(device);
-  acquire_local_sms(sms);
-  g_local_running.fetch_add(1);
-  if (settings().mps) {
-    int32_t used = gpu->sm_used.fetch_add(static_cast<int32_t>(sms)) + static_cast<int32_t>(sms);
-    double over = static_cast<double>(used) / settings().sms;
-    uint64_t ns = over > 1.0 ? static_cast<uint64_t>(duration_ns * over) : duration_ns;
-    sleep_until(now_ns() + ns);
-    gpu->sm_used.fetch_sub(static_cast<int32_t>(sms));
-  } else {
-    acquire_timeslice(gpu);
-    sleep_until(now_ns() + duration_ns);
+  Slot* slot = my_slot(gpu);
+  LocalGpu& local = g_local[device];
+  {
+    std::unique_lock<std::mutex> lock(local.m);
+    local.cv.wait(lock, [&] { return local.sms == 0 || local.sms + static_cast<int>(sms) <= settings().sms; });
+    local.sms += static_cast<int>(sms);
   }
-  g_local_running.fetch_sub(1);
-  g_local_queued.fetch_sub(1);
-  if (!settings().mps) maybe_yield(gpu);
-  release_local_sms(sms);
+  local.running.fetch_add(1);
+  if (settings().mps) run_mps(gpu, slot, sms, duration_ns);
+  else run_timeslice(gpu, slot, local, duration_ns);
+  local.running.fetch_sub(1);
+  local.queued.fetch_sub(1);
+  {
+    std::lock_guard<std::mutex> lock(local.m);
+    local.sms -= static_cast<int>(sms);
+    local.cv.notify_all();
+  }
+}
+
+// fork(): the child is a new process on the GPU; its counters start empty.
+void contention_after_fork_child() {
+  new (&g_segments_mutex) std::mutex();
+  for (LocalGpu& l : g_local) {
+    new (&l.m) std::mutex();
+    new (&l.cv) std::condition_variable();
+    l.sms = 0;
+    l.running.store(0);
+    l.queued.store(0);
+  }
 }
 
 }  // namespace simgpu

@@ -34,7 +34,7 @@ using namespace simgpu;
   } while (0)
 
 SIM_API CUresult cuInit(unsigned int flags) {
-  SIM_FAIL_POINT("cuInit", CUDA_ERROR_UNKNOWN);
+  SIM_FAIL_POINT();
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   g_initialized = true;
   return CUDA_SUCCESS;
@@ -222,7 +222,10 @@ SIM_API CUresult cuCtxGetDevice(CUdevice* dev) {
   return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuCtxSynchronize() { return synchronize_all(); }
+SIM_API CUresult cuCtxSynchronize() {
+  SIM_FAIL_POINT();
+  return synchronize_all();
+}
 
 SIM_API CUresult cuCtxGetFlags(unsigned int* flags) {
   if (!flags) return CUDA_ERROR_INVALID_VALUE;
@@ -266,21 +269,19 @@ SIM_API CUresult cuGetErrorString(CUresult error, const char** str) {
 }
 
 // cudart's private export tables are not provided: see docs/simgpu.md ("CUDA runtime").
-SIM_API CUresult cuGetExportTable(const void** table, const CUuuid* id) {
-  if (!table || !id) return CUDA_ERROR_INVALID_VALUE;
-  *table = nullptr;
-  return CUDA_ERROR_NOT_FOUND;
-}
-
 SIM_API CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   if (!mode) return CUDA_ERROR_INVALID_VALUE;
   *mode = CU_MODULE_EAGER_LOADING;
   return CUDA_SUCCESS;
 }
 
+namespace {
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+}
+CUstreamCaptureMode simgpu::thread_capture_mode() { return t_capture_mode; }
+
 SIM_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   if (!mode) return CUDA_ERROR_INVALID_VALUE;
-  static thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  std::swap(*mode, t_mode);
+  std::swap(*mode, t_capture_mode);
   return CUDA_SUCCESS;
 }

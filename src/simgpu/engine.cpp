@@ -28,7 +28,7 @@ void execute(Stream* s, Op& op) {
       unsigned sms = op.launch.fn && op.launch.fn->nccl ? 4u : blocks;
       if (sms > static_cast<unsigned>(settings().sms)) sms = static_cast<unsigned>(settings().sms);
       s->running_kernels.fetch_add(1);
-      run_on_gpu(0, kernel_cost_ns(op.launch), sms == 0 ? 1 : sms);
+      run_on_gpu(op.launch.device, kernel_cost_ns(op.launch), sms == 0 ? 1 : sms);
       s->running_kernels.fetch_sub(1);
       break;
     }
@@ -97,7 +97,7 @@ std::vector<Stream*> all_streams() {
 
 void push(Stream* s, Op op) {
   ensure_worker(s);
-  if (op.kind == Op::kernel) kernel_queued();
+  if (op.kind == Op::kernel) kernel_queued(op.launch.device);
   std::lock_guard<std::mutex> lock(s->m);
   s->queue.push_back(op);
   ++s->enqueued;
@@ -110,7 +110,10 @@ uint64_t enqueued_now(Stream* s) {
 }
 
 // fork(): the child has none of the parent's threads; locks may have been held by them.
-void after_fork_child() { new (&g_registry_mutex) std::mutex(); }
+void after_fork_child() {
+  new (&g_registry_mutex) std::mutex();
+  contention_after_fork_child();
+}
 [[maybe_unused]] const int g_atfork = pthread_atfork(nullptr, nullptr, after_fork_child);
 
 }  // namespace
@@ -246,11 +249,13 @@ using namespace simgpu;
 
 // ---------------- streams ----------------
 SIM_API CUresult cuStreamCreate(CUstream* s, unsigned int flags) {
+  SIM_FAIL_POINT();
   if (!s) return CUDA_ERROR_INVALID_VALUE;
   *s = reinterpret_cast<CUstream>(create_stream(flags, 0));
   return CUDA_SUCCESS;
 }
 SIM_API CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int flags, int priority) {
+  SIM_FAIL_POINT();
   if (!s) return CUDA_ERROR_INVALID_VALUE;
   *s = reinterpret_cast<CUstream>(create_stream(flags, priority));
   return CUDA_SUCCESS;
@@ -262,8 +267,8 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream s) {
   return CUDA_SUCCESS;
 }
 #define STREAM_PAIR(name, body_params, call)                                     \
-  SIM_API CUresult name body_params { const bool per_thread = false; return call; } \
-  SIM_API CUresult name##_ptsz body_params { const bool per_thread = true; return call; }
+  SIM_API CUresult name body_params { SIM_FAIL_POINT(); const bool per_thread = false; return call; } \
+  SIM_API CUresult name##_ptsz body_params { SIM_FAIL_POINT(); const bool per_thread = true; return call; }
 
 STREAM_PAIR(cuStreamSynchronize, (CUstream s), synchronize_stream(resolve_stream(s, per_thread)))
 STREAM_PAIR(cuStreamQuery, (CUstream s), query_stream(resolve_stream(s, per_thread)))
@@ -294,7 +299,7 @@ static CUresult stream_wait_event(CUstream s, CUevent e, bool per_thread) {
   if (!ev->recorded || !ev->stream) return CUDA_SUCCESS;
   if (ev->captured) {
     // Joining a capture from another stream (fork/join capture).
-    if (!st->capture) st->capture = ev->stream->capture;
+    join_capture(st, ev->stream->capture);
     return CUDA_SUCCESS;
   }
   Op op;
@@ -317,6 +322,7 @@ STREAM_PAIR(cuLaunchHostFunc, (CUstream s, CUhostFn fn, void* data), host_func(s
 
 // ---------------- events ----------------
 SIM_API CUresult cuEventCreate(CUevent* e, unsigned int flags) {
+  SIM_FAIL_POINT();
   if (!e) return CUDA_ERROR_INVALID_VALUE;
   auto* ev = new Event();
   ev->flags = flags;

@@ -35,10 +35,22 @@ void flatten(const Graph* g, std::vector<Op>& out) {
 }  // namespace
 
 bool capture_is_global_active() {
+  CUstreamCaptureMode mine = thread_capture_mode();
+  if (mine == CU_STREAM_CAPTURE_MODE_RELAXED) return false;
   std::lock_guard<std::mutex> lock(g_mutex);
-  for (Capture* c : g_captures)
-    if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && !c->invalidated) return true;
+  for (Capture* c : g_captures) {
+    if (c->invalidated) continue;
+    if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) return true;
+    if (c->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL && c->thread == std::this_thread::get_id()) return true;
+  }
   return false;
+}
+
+void join_capture(Stream* s, Capture* c) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (s->capture || !c) return;
+  s->capture = c;
+  c->members.push_back(s);
 }
 
 void record_into_capture(Stream* s, const Op& op) {
@@ -90,6 +102,8 @@ static CUresult begin_capture(CUstream h, CUgraph into, CUstreamCaptureMode mode
   }
   c->mode = mode;
   c->id = g_capture_ids.fetch_add(1);
+  c->thread = std::this_thread::get_id();
+  c->members.push_back(s);
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_captures.push_back(c);
@@ -111,8 +125,8 @@ static CUresult end_capture(CUstream h, CUgraph* graph, bool per_thread) {
         g_captures.erase(it);
         break;
       }
+    for (Stream* m : c->members) m->capture = nullptr;  // streams that joined through events leave with it
   }
-  s->capture = nullptr;  // streams that joined through events leave with it
   bool invalid = c->invalidated;
   *graph = invalid ? nullptr : reinterpret_cast<CUgraph>(c->graph);
   delete c;
@@ -248,7 +262,7 @@ SIM_API CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode n, CUDA_KERNEL_NODE_P
 }
 
 static CUresult instantiate(CUgraphExec* exec, CUgraph g) {
-  SIM_FAIL_POINT("cuGraphInstantiate", CUDA_ERROR_UNKNOWN);
+  if (should_fail("cuGraphInstantiate")) return injected_error("cuGraphInstantiate");
   Graph* graph = as_graph(g);
   if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
   auto* e = new GraphExec();
@@ -301,8 +315,14 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool per_thread) {
   }
   return CUDA_SUCCESS;
 }
-SIM_API CUresult cuGraphLaunch(CUgraphExec e, CUstream s) { return graph_launch(e, s, false); }
-SIM_API CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) { return graph_launch(e, s, true); }
+SIM_API CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+  SIM_FAIL_POINT();
+  return graph_launch(e, s, false);
+}
+SIM_API CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) {
+  SIM_FAIL_POINT();
+  return graph_launch(e, s, true);
+}
 SIM_API CUresult cuGraphUpload(CUgraphExec e, CUstream s) {
   (void)s;
   return as_exec(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;

@@ -22,9 +22,9 @@ uint64_t first_argument(void** params, void** extra) {
   return v;
 }
 
-CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
+CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
                 CUstream s, void** params, void** extra, bool per_thread) {
-  SIM_FAIL_POINT("cuLaunchKernel", CUDA_ERROR_LAUNCH_FAILED);
+  if (should_fail(api)) return injected_error(api);
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   Function* fn = as_function(f);
   if (!fn) return CUDA_ERROR_INVALID_HANDLE;
@@ -40,6 +40,9 @@ CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], u
   std::memcpy(op.launch.block, block, sizeof op.launch.block);
   op.launch.smem = smem;
   op.launch.first_arg = first_argument(params, extra);
+  CUdevice dev = 0;
+  cuCtxGetDevice(&dev);
+  op.launch.device = dev;
   return submit(st, op);
 }
 
@@ -47,7 +50,7 @@ CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** 
   if (!c) return CUDA_ERROR_INVALID_VALUE;
   unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
   unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
-  return launch(f, grid, block, c->sharedMemBytes, c->hStream, params, extra, per_thread);
+  return launch("cuLaunchKernelEx", f, grid, block, c->sharedMemBytes, c->hStream, params, extra, per_thread);
 }
 
 }  // namespace
@@ -64,19 +67,19 @@ using namespace simgpu;
 
 SIM_API CUresult cuLaunchKernel LAUNCH_PARAMS {
   const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
-  return launch(f, g, b, smem, s, params, extra, false);
+  return launch("cuLaunchKernel", f, g, b, smem, s, params, extra, false);
 }
 SIM_API CUresult cuLaunchKernel_ptsz LAUNCH_PARAMS {
   const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
-  return launch(f, g, b, smem, s, params, extra, true);
+  return launch("cuLaunchKernel", f, g, b, smem, s, params, extra, true);
 }
 SIM_API CUresult cuLaunchCooperativeKernel COOP_PARAMS {
   const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
-  return launch(f, g, b, smem, s, params, nullptr, false);
+  return launch("cuLaunchCooperativeKernel", f, g, b, smem, s, params, nullptr, false);
 }
 SIM_API CUresult cuLaunchCooperativeKernel_ptsz COOP_PARAMS {
   const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
-  return launch(f, g, b, smem, s, params, nullptr, true);
+  return launch("cuLaunchCooperativeKernel", f, g, b, smem, s, params, nullptr, true);
 }
 SIM_API CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
   return launch_ex(c, f, params, extra, false);

@@ -73,6 +73,25 @@ CUresult set(CUdeviceptr dst, uint32_t value, size_t elem, size_t count, CUstrea
 
 }  // namespace
 
+CUdeviceptr allocate_untracked(size_t bytes) {
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 0;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  (*g_allocs)[reinterpret_cast<uint64_t>(m)] = bytes;
+  return reinterpret_cast<CUdeviceptr>(m);
+}
+
+bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_allocs->upper_bound(p);
+  if (it == g_allocs->begin()) return false;
+  --it;
+  if (p >= it->first + it->second) return false;
+  if (base) *base = it->first;
+  if (bytes) *bytes = it->second;
+  return true;
+}
+
 bool valid_device_range(CUdeviceptr p, size_t bytes) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_allocs->upper_bound(p);
@@ -150,8 +169,8 @@ SIM_API CUresult cuMemHostUnregister(void* p) {
 
 // Synchronous copies (the _ptds twins use the per-thread default stream).
 #define SYNC_COPY(name, params, dst, src, bytes)                                                  \
-  SIM_API CUresult name params { return copy(dst, src, bytes, nullptr, false, false); }           \
-  SIM_API CUresult name##_ptds params { return copy(dst, src, bytes, nullptr, false, true); }
+  SIM_API CUresult name params { SIM_FAIL_POINT(); return copy(dst, src, bytes, nullptr, false, false); }           \
+  SIM_API CUresult name##_ptds params { SIM_FAIL_POINT(); return copy(dst, src, bytes, nullptr, false, true); }
 SYNC_COPY(cuMemcpyHtoD_v2, (CUdeviceptr d, const void* h, size_t n), reinterpret_cast<void*>(d), h, n)
 SYNC_COPY(cuMemcpyDtoH_v2, (void* h, CUdeviceptr d, size_t n), h, reinterpret_cast<const void*>(d), n)
 SYNC_COPY(cuMemcpyDtoD_v2, (CUdeviceptr a, CUdeviceptr b, size_t n), reinterpret_cast<void*>(a),
@@ -160,8 +179,8 @@ SYNC_COPY(cuMemcpy, (CUdeviceptr a, CUdeviceptr b, size_t n), reinterpret_cast<v
           reinterpret_cast<const void*>(b), n)
 
 #define ASYNC_COPY(name, params, dst, src, bytes)                                                 \
-  SIM_API CUresult name params { return copy(dst, src, bytes, s, true, false); }                  \
-  SIM_API CUresult name##_ptsz params { return copy(dst, src, bytes, s, true, true); }
+  SIM_API CUresult name params { SIM_FAIL_POINT(); return copy(dst, src, bytes, s, true, false); }                  \
+  SIM_API CUresult name##_ptsz params { SIM_FAIL_POINT(); return copy(dst, src, bytes, s, true, true); }
 ASYNC_COPY(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void* h, size_t n, CUstream s),
            reinterpret_cast<void*>(d), h, n)
 ASYNC_COPY(cuMemcpyDtoHAsync_v2, (void* h, CUdeviceptr d, size_t n, CUstream s), h,
@@ -184,10 +203,26 @@ ASYNC_SET(cuMemsetD8Async, unsigned char, 1)
 ASYNC_SET(cuMemsetD16Async, unsigned short, 2)
 ASYNC_SET(cuMemsetD32Async, unsigned int, 4)
 
+SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* bytes, CUdeviceptr p) {
+  return allocation_of(p, base, bytes) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
 SIM_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
   if (!data) return CUDA_ERROR_INVALID_VALUE;
   bool device = valid_device_range(p, 1);
   switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      if (!device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(primary_context(0));
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data) = reinterpret_cast<void*>(p); return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<int*>(data) = 0; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = p; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      return allocation_of(p, static_cast<CUdeviceptr*>(data), nullptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      return allocation_of(p, nullptr, static_cast<size_t*>(data)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<int*>(data) = device; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
       return CUDA_SUCCESS;
@@ -195,6 +230,21 @@ SIM_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = p; return CUDA_SUCCESS;
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
+}
+
+// Attributes a host pointer does not have read as zero, as the real driver reports them.
+SIM_API CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute* attrs, void** data, CUdeviceptr p) {
+  if (!attrs || !data) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < n; ++i) {
+    if (!data[i]) continue;
+    if (cuPointerGetAttribute(data[i], attrs[i], p) != CUDA_SUCCESS) {
+      size_t width = attrs[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE || attrs[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL ||
+                             attrs[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED || attrs[i] == CU_POINTER_ATTRIBUTE_MAPPED
+                         ? 4 : 8;
+      std::memset(data[i], 0, width);
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {

@@ -1,63 +1,79 @@
 // cuGetProcAddress: maps an API name, the caller's CUDA version and the per-thread-stream
-// flag to the exact exported ABI symbol, as the real driver does. Every pointer handed out is
-// an exported function whose dladdr name is that versioned symbol.
-#include <cstring>
-#include <string>
+// flag to the exact exported ABI symbol, as the real driver does (entry_points.def is the one
+// list). Every pointer handed out is an exported function whose dladdr name is that versioned
+// symbol, so an interposer can learn which variant the caller got.
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
 
 #include "sim.h"
 
 extern "C" {
 struct SimEntryPoint {
-  const char* name;
+  const char* api;
+  int version;
+  int per_thread;
+  const char* symbol;
   void* fn;
 };
-// Generated at build time from the defined symbols of the object files (gen_entry_points.sh).
 extern const SimEntryPoint simgpu_entry_points[];
-extern const unsigned simgpu_entry_point_count;
+extern const size_t simgpu_entry_point_count;
 }
 
 namespace {
 
-void* find(const std::string& name) {
-  for (unsigned i = 0; i < simgpu_entry_point_count; ++i)
-    if (name == simgpu_entry_points[i].name) return simgpu_entry_points[i].fn;
-  return nullptr;
+using Index = std::unordered_multimap<std::string_view, const SimEntryPoint*>;
+
+const Index& index() {
+  static Index* idx = [] {
+    auto* m = new Index;  // never destroyed: resolution may happen during exit
+    for (size_t i = 0; i < simgpu_entry_point_count; ++i) m->emplace(simgpu_entry_points[i].api, &simgpu_entry_points[i]);
+    return m;
+  }();
+  return *idx;
 }
 
-// Names whose versioned symbol depends on the caller's CUDA version.
-std::string versioned_alias(const char* symbol, int version) {
-  if (!std::strcmp(symbol, "cuGetProcAddress")) return version >= 12000 ? "cuGetProcAddress_v2" : "cuGetProcAddress";
-  if (!std::strcmp(symbol, "cuGraphInstantiate"))
-    return version >= 12000 ? "cuGraphInstantiateWithFlags" : "cuGraphInstantiate_v2";
-  return "";
-}
-
-void* resolve(const char* symbol, int version, cuuint64_t flags) {
-  std::string alias = versioned_alias(symbol, version);
-  if (!alias.empty()) return find(alias);
-  bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-  for (const char* suffix : {"_v4", "_v3", "_v2", ""}) {
-    std::string base = std::string(symbol) + suffix;
-    if (per_thread) {
-      if (void* p = find(base + "_ptsz")) return p;
-      if (void* p = find(base + "_ptds")) return p;
-    }
-    if (void* p = find(base)) return p;
+// The newest row of `api` not newer than `version`, per-thread rows first when asked for.
+CUresult resolve(const char* api, int version, bool per_thread, void** fn, CUdriverProcAddressQueryResult* status) {
+  auto [lo, hi] = index().equal_range(api);
+  if (lo == hi) {
+    *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
   }
-  return nullptr;
+  const SimEntryPoint* best = nullptr;
+  for (int pass = per_thread ? 1 : 0; pass >= 0 && !best; --pass)
+    for (auto it = lo; it != hi; ++it) {
+      const SimEntryPoint* e = it->second;
+      if (e->per_thread == pass && e->version <= version && (!best || e->version > best->version)) best = e;
+    }
+  if (!best) {
+    *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  *fn = best->fn;
+  *status = CU_GET_PROC_ADDRESS_SUCCESS;
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
 
 SIM_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult* status) {
+  CUdriverProcAddressQueryResult local;
+  if (!status) status = &local;
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-  *pfn = resolve(symbol, version, flags);
-  if (status) *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  if (!*pfn) simgpu::log(3, "cuGetProcAddress: %s not provided", symbol);
-  return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  *pfn = nullptr;
+  CUresult r = resolve(symbol, version, flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, pfn, status);
+  if (r != CUDA_SUCCESS) simgpu::log(3, "cuGetProcAddress: %s (version %d) not provided", symbol, version);
+  return r;
 }
 
 SIM_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   return cuGetProcAddress_v2(symbol, pfn, version, flags, nullptr);
+}
+
+// Per-thread twin: the resolver itself has no stream semantics.
+SIM_API CUresult cuGetProcAddress_v2_ptsz(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                          CUdriverProcAddressQueryResult* status) {
+  return cuGetProcAddress_v2(symbol, pfn, version, flags, status);
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <set>
 
 #include "sim.h"
 
@@ -70,14 +71,18 @@ Settings load() {
   s.deterministic = std::strcmp(value_of("SIMGPU_DETERMINISTIC"), "1") == 0;
   s.shm_prefix = value_of("SIMGPU_SHM");
   if (s.shm_prefix.empty()) s.shm_prefix = "/simgpu-" + std::to_string(getuid());
+  s.fail_spec = value_of("SIMGPU_FAIL");
+  // Logged here, with the level just read: log() itself needs settings().
+  if (s.log >= 2)
+    for (const Row& r : kSettings)
+      if (const char* v = std::getenv(r.name); v && *v)
+        std::fprintf(stderr, "[simgpu %d] info: %s=%s\n", static_cast<int>(getpid()), r.name, v);
   return s;
 }
 
-std::mutex g_fail_mutex;
-std::map<std::string, std::pair<long, long>>* g_fail;  // api -> (nth, calls so far)
-
 }  // namespace
 
+// Read once, on first use (never in a constructor: nothing runs at load time).
 const Settings& settings() {
   static const Settings s = load();
   return s;
@@ -104,32 +109,17 @@ void log(int level, const char* fmt, ...) {
   (void)ignored;
 }
 
-bool should_fail(const char* api) {
-  const char* spec = std::getenv("SIMGPU_FAIL");
-  if (!spec || !*spec) return false;
-  std::lock_guard<std::mutex> lock(g_fail_mutex);
-  if (!g_fail) {
-    g_fail = new std::map<std::string, std::pair<long, long>>();
-    std::string all = spec;
-    size_t pos = 0;
-    while (pos <= all.size()) {
-      size_t comma = all.find(',', pos);
-      std::string item = all.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      size_t colon = item.find(':');
-      long nth = colon == std::string::npos ? 0 : std::atol(item.c_str() + colon + 1);
-      if (nth > 0) (*g_fail)[item.substr(0, colon)] = {nth, 0};
-      else if (!item.empty()) log(1, "SIMGPU_FAIL item '%s' ignored (want <api>:<nth>, nth >= 1)", item.c_str());
-      if (comma == std::string::npos) break;
-      pos = comma + 1;
-    }
-  }
-  auto it = g_fail->find(api);
-  if (it == g_fail->end()) return false;
-  if (++it->second.second == it->second.first) {
-    log(1, "SIMGPU_FAIL: failing call %ld of %s", it->second.first, api);
-    return true;
-  }
-  return false;
-}
-
 }  // namespace simgpu
+
+// Called by the weak stubs of known but unimplemented entry points (entry_points.c).
+extern "C" int simgpu_not_supported(const char* symbol) {
+  static std::mutex m;
+  static auto* seen = new std::set<std::string>;  // never destroyed: stubs may run at exit
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    first = seen->insert(symbol).second;
+  }
+  if (first) simgpu::log(2, "%s is not supported by the simulated driver", symbol);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}

@@ -2,7 +2,7 @@
 // files: contexts, modules/functions, streams with an in-order worker each, events, graphs,
 // allocations. Handles given to programs are pointers to these objects.
 #pragma once
-#include "cuda_abi_names.h"
+#include "cuda_abi.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -16,6 +16,15 @@
 #include <vector>
 
 #define SIM_API extern "C" __attribute__((visibility("default")))
+
+// ABI symbols the simulator defines that cuda.h declares only in its internal or per-thread modes.
+extern "C" {
+CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned flags, CUdevice dev);
+CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void* data);
+CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g,
+                                        const CUgraphNode** d, const CUgraphEdgeData** e, size_t* n);
+CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph g, CUgraphNode* err_node, char* log, size_t log_size);
+}
 
 namespace simgpu {
 
@@ -31,13 +40,19 @@ struct Settings {
   bool deterministic = false;
   int log = 1;                        // 0 error, 1 warn, 2 info, 3 debug
   std::string shm_prefix;             // SIMGPU_SHM
+  std::string fail_spec;              // SIMGPU_FAIL
 };
 const Settings& settings();
 void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 uint64_t now_ns();
 
-// ---- failure injection (settings.cpp): SIMGPU_FAIL=<api>:<nth>[,...] ----
+// ---- failure injection (fault_injection.cpp): SIMGPU_FAIL=<api>:<nth>[,...] ----
+// True on the nth call of `api`, named by its base name: the entry point's own name with
+// _v2/_v3/_ptsz/_ptds suffixes dropped, so that every variant of an API counts as one.
 bool should_fail(const char* api);
+// The error an injected failure returns: out of memory for allocations, launch failure for
+// launches, CUDA_ERROR_UNKNOWN otherwise.
+CUresult injected_error(const char* api);
 
 // ---- device / context (device.cpp) ----
 struct Context {
@@ -49,6 +64,7 @@ struct Context {
 Context* current_context();
 Context* primary_context(int device);
 bool valid_device(CUdevice d);
+CUstreamCaptureMode thread_capture_mode();  // cuThreadExchangeStreamCaptureMode's per-thread mode
 bool initialized();
 
 // ---- modules (module.cpp) ----
@@ -82,6 +98,7 @@ struct KernelLaunch {
   unsigned block[3] = {1, 1, 1};
   unsigned smem = 0;
   uint64_t first_arg = 0;  // the first 8 bytes of the first argument (spin duration)
+  int device = 0;          // the device of the context current at launch
 };
 
 struct Op {
@@ -104,6 +121,8 @@ struct Capture {
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   bool invalidated = false;
   uint64_t id = 0;
+  std::thread::id thread;          // the thread that began it (thread-local mode)
+  std::vector<Stream*> members;    // the origin stream and streams joined through events
 };
 
 struct Stream {
@@ -139,7 +158,9 @@ CUresult synchronize_all();
 // Runs one kernel of `duration_ns` occupying `sms` SMs, honouring the sharing mode.
 void run_on_gpu(int device, uint64_t duration_ns, unsigned sms);
 // Called when a kernel is queued; run_on_gpu() accounts for it when it has run.
-void kernel_queued();
+void kernel_queued(int device);
+// fork(): resets the process-local accounting in the child.
+void contention_after_fork_child();
 
 // ---- kernel cost (engine.cpp) ----
 uint64_t kernel_cost_ns(const KernelLaunch& k);
@@ -160,16 +181,26 @@ struct GraphExec {
   uint32_t magic = 0x47455845;
   std::vector<Op> ops;  // flattened, in insertion order (a valid topological order)
 };
+// True when an open capture forbids the calling thread's potentially unsafe calls: a global
+// capture (unless this thread is in relaxed mode) or this thread's own thread-local capture.
 bool capture_is_global_active();
+// Joins stream `s` to `c` (fork/join capture through events).
+void join_capture(Stream* s, Capture* c);
 void record_into_capture(Stream* s, const Op& op);
 CUresult invalidate_capture(Stream* s, CUresult why);
 
 // ---- memory (memory.cpp) ----
 bool valid_device_range(CUdeviceptr p, size_t bytes);
+// Device memory outside the program's accounting (module globals): no failure injection, no
+// limit, never freed by the program. 0 when the host has no memory.
+CUdeviceptr allocate_untracked(size_t bytes);
+// The allocation holding p (base and size), if any.
+bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);
 
 }  // namespace simgpu
 
-#define SIM_FAIL_POINT(api, error) \
-  do {                              \
-    if (::simgpu::should_fail(api)) return (error); \
+// At the top of an entry point: fails its nth call when SIMGPU_FAIL says so.
+#define SIM_FAIL_POINT()                                                     \
+  do {                                                                       \
+    if (::simgpu::should_fail(__func__)) return ::simgpu::injected_error(__func__); \
   } while (0)

@@ -53,7 +53,7 @@ SIM_API CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationP
 SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                              unsigned long long flags) {
   (void)flags;
-  SIM_FAIL_POINT("cuMemCreate", CUDA_ERROR_OUT_OF_MEMORY);
+  SIM_FAIL_POINT();
   if (!handle || !prop || size == 0 || size % kGranularity) return CUDA_ERROR_INVALID_VALUE;
   int fd = memfd_create("simgpu-chunk", MFD_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "../fixtures/fixture.h"
+#include "check.h"
 #include "protocol.h"
 
 
