@@ -41,9 +41,19 @@ struct Args {
     const char* v = value();
     char* end = nullptr;
     double d = std::strtod(v, &end);
-    if (!end || *end || d < lo || d > hi)
-      fail(std::string("bad value '") + v + "' for " + flag + " (want " + std::to_string(lo) + ".." +
-           std::to_string(hi) + ")");
+    if (!end || end == v || *end || !(d >= lo && d <= hi)) {
+      char range[96];
+      std::snprintf(range, sizeof range, " (want a number in %g..%g)", lo, hi);
+      fail(std::string("bad value '") + v + "' for " + flag + range);
+    }
     return d;
+  }
+  // A whole number in lo..hi (rejects "2.5").
+  long long integer(long long lo, long long hi) {
+    const char* flag = argv[i];
+    double d = number(static_cast<double>(lo), static_cast<double>(hi));
+    if (d != static_cast<double>(static_cast<long long>(d)))
+      fail(std::string("bad value '") + argv[i] + "' for " + flag + " (want a whole number)");
+    return static_cast<long long>(d);
   }
 };

@@ -47,3 +47,45 @@ trap - EXIT
 # The report wants matplotlib from Debian (python3-matplotlib): prefer the system interpreter.
 py=$(command -v /usr/bin/python3 || command -v python3)
 "$py" scripts/demo_report.py "$out"
+
+# What libtandem.so saw in each process of the tandem run (TANDEM_STATS_FILE, docs/stats.md),
+# beside what the examples measured themselves.
+"$py" - "$out" <<'PY'
+import glob, json, sys
+out = sys.argv[1]
+def last_json(path):
+    try:
+        lines = [l for l in open(path).read().splitlines() if l.startswith("{")]
+        return json.loads(lines[-1]) if lines else {}
+    except OSError:
+        return {}
+stats = []
+for path in sorted(glob.glob(f"{out}/stats-*.json")):
+    try:
+        stats.append(json.load(open(path)))
+    except (OSError, ValueError) as e:
+        print(f"demo: unreadable statistics file {path}: {e}")
+if not stats:
+    print("demo: no tandem statistics were written (is build/lib/libtandem.so working?)")
+    sys.exit(0)
+train, infer = last_json(f"{out}/tandem-train.json"), last_json(f"{out}/tandem-infer.json")
+own = {
+    "training": ("train-sim", f"{train['iters_per_s']:.2f} it/s" if train else "no summary"),
+    "batch-inference": ("infer-sim", f"{infer['throughput_rps']:.1f} req/s, p95 {infer['p95_ms']:.2f} ms"
+                        if infer else "no summary"),
+}
+print()
+print("what tandem saw in the tandem run (one line per process):")
+print(f"{'process':<18}{'role':<17}{'kernels':>8}{'nccl':>6}{'graphs':>7}{'allocs':>7}{'peak MiB':>9}"
+      f"{'held s':>8}  {'top entry points':<26}own measure")
+for s in sorted(stats, key=lambda s: s.get("role", "")):
+    l, m = s["launches"], s["memory"]
+    name, measured = own.get(s["role"], ("?", ""))
+    top = sorted(l["by_entry"].items(), key=lambda kv: -kv[1])[:2]
+    entries = ", ".join(f"{k}={v}" for k, v in top) or "-"
+    held = s.get("gate", {}).get("wait_ns")
+    held = "-" if held is None else f"{held / 1e9:.2f}"
+    print(f"{name + ' ' + str(s['pid']):<18}{s['role']:<17}{l['total']:>8}{l['nccl']:>6}"
+          f"{l['graph_launches']:>7}{m['allocs']:>7}{m['peak_bytes'] / 2**20:>9.1f}{held:>8}  {entries:<26}{measured}")
+print("(held s: time the process's launches waited at tandem's gate for tokens)")
+PY
