@@ -3,22 +3,42 @@
 namespace tandem::scheduler {
 
 namespace {
-// Exponential average that starts at the first value.
-uint64_t average(uint64_t mean, uint64_t value) { return mean == 0 ? value : (mean * 3 + value) / 4; }
+// Exponential average seeded by the first value. Weight 1/4: adapts within a few iterations
+// when the job changes (e.g. a new batch size) but one odd iteration does not swing it.
+uint64_t average(uint64_t mean, uint64_t samples_before, uint64_t value) {
+  return samples_before == 0 ? value : (mean * 3 + value) / 4;
+}
 }  // namespace
 
 BubbleDetector::BubbleDetector(int quiet_samples_for_bubble)
     : quiet_needed_(quiet_samples_for_bubble < 1 ? 1 : quiet_samples_for_bubble) {}
 
-void BubbleDetector::enter(GpuPhase next, uint64_t at_ns) {
+bool BubbleDetector::quiet(const TrainingSample& prev, const TrainingSample& s) {
+  // Launches going backwards (a training client left, so the sum dropped) is not "no
+  // progress": treat it as busy for one sample rather than open a bubble on it.
+  bool no_launches = s.launches == prev.launches;
+  // >= rather than ==: the per-client counters are read one after another, so a marker may
+  // be seen completed before it is seen recorded. Nothing pending either way.
+  bool nothing_pending = s.markers_completed >= s.markers_recorded;
+  return no_launches && nothing_pending;
+}
+
+void BubbleDetector::end_phase(uint64_t at_ns) {
   uint64_t length = at_ns > phase_started_ns_ ? at_ns - phase_started_ns_ : 0;
   if (phase_ == GpuPhase::bubble) {
-    mean_bubble_ns_ = average(mean_bubble_ns_, length);
+    mean_bubble_ns_ = average(mean_bubble_ns_, bubbles_, length);
     if (length > longest_bubble_ns_) longest_bubble_ns_ = length;
     ++bubbles_;
-  } else if (phase_started_ns_) {
-    mean_busy_ns_ = average(mean_busy_ns_, length);
+  } else if (busy_measured_) {
+    mean_busy_ns_ = average(mean_busy_ns_, busy_phases_, length);
+    ++busy_phases_;
   }
+}
+
+void BubbleDetector::enter(GpuPhase next, uint64_t at_ns) {
+  end_phase(at_ns);
+  // Every busy phase after the first bubble is whole, so it may be learned from.
+  if (next == GpuPhase::busy) busy_measured_ = true;
   phase_ = next;
   phase_started_ns_ = at_ns;
 }
@@ -30,9 +50,9 @@ GpuPhase BubbleDetector::update(const TrainingSample& s) {
     phase_started_ns_ = s.now_ns;
     return phase_;
   }
-  bool quiet = s.launches == last_.launches && s.markers_completed >= s.markers_recorded;
+  bool is_quiet = quiet(last_, s);
   last_ = s;
-  if (!quiet) {
+  if (!is_quiet) {
     quiet_run_ = 0;
     if (phase_ == GpuPhase::bubble) enter(GpuPhase::busy, s.now_ns);
     return phase_;
@@ -43,7 +63,7 @@ GpuPhase BubbleDetector::update(const TrainingSample& s) {
 }
 
 uint64_t BubbleDetector::predicted_bubble_end_ns() const {
-  if (phase_ != GpuPhase::bubble || mean_bubble_ns_ == 0) return 0;
+  if (phase_ != GpuPhase::bubble || bubbles_ == 0) return 0;
   return phase_started_ns_ + mean_bubble_ns_;
 }
 

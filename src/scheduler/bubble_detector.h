@@ -1,9 +1,14 @@
 // Decides from training progress whether a GPU is in a bubble (SpecInF's bubble monitor).
-// Pure logic: one sample per period, time passed in. A sample is quiet when no training
-// kernel was launched since the previous one and no completion marker is pending, that is,
-// no training compute work is queued on the GPU. Three cases come out right: the CPU ran
-// ahead (no launches, markers pending: busy), communication (only NCCL kernels, which are not
-// counted, pending: bubble), host gap (nothing pending: bubble).
+// Pure logic: one sample per period, time passed in, no I/O.
+//
+// A sample is quiet when no training compute kernel was launched since the previous sample and
+// no completion marker is pending (recorded <= completed), i.e. no training compute work is
+// queued on the GPU. That gets the three cases right:
+//   CPU ran ahead   no new launches but markers pending: the GPU is still busy;
+//   communication   only NCCL kernels left, and those are not counted: bubble;
+//   host gap        nothing launched, nothing pending: bubble.
+// busy -> bubble after `quiet_samples_for_bubble` consecutive quiet samples; the bubble is
+// dated from the first of them. bubble -> busy at the first sample that is not quiet.
 #pragma once
 #include <cstdint>
 
@@ -22,29 +27,37 @@ class BubbleDetector {
  public:
   explicit BubbleDetector(int quiet_samples_for_bubble = 1);
 
+  // One call per sample period. The very first call only initializes (phase stays busy).
   GpuPhase update(const TrainingSample& s);
   GpuPhase phase() const { return phase_; }
+  // When the current phase began; for a bubble, the time of its first quiet sample.
   uint64_t phase_started_ns() const { return phase_started_ns_; }
 
-  // The learned iteration profile: exponential averages over completed phases.
+  // The learned iteration profile: exponential moving averages (weight 1/4 on the newest) over
+  // completed phases. The partial busy phase before the first bubble is not counted.
   uint64_t mean_bubble_ns() const { return mean_bubble_ns_; }
   uint64_t mean_busy_ns() const { return mean_busy_ns_; }
   uint64_t longest_bubble_ns() const { return longest_bubble_ns_; }
+  // Completed bubbles, i.e. those the profile has learned from.
   uint64_t bubbles() const { return bubbles_; }
-  // When the current bubble is expected to end (0 when busy or nothing learned yet).
+  // phase_started_ns + mean_bubble_ns while in a bubble; 0 when busy or nothing learned yet.
   uint64_t predicted_bubble_end_ns() const;
 
  private:
+  static bool quiet(const TrainingSample& prev, const TrainingSample& s);
+  void end_phase(uint64_t at_ns);
   void enter(GpuPhase next, uint64_t at_ns);
 
   int quiet_needed_;
   bool initialized_ = false;
+  bool busy_measured_ = false;  // false during the partial busy phase seen at start-up
   TrainingSample last_{};
   int quiet_run_ = 0;
   uint64_t first_quiet_ns_ = 0;
   GpuPhase phase_ = GpuPhase::busy;
   uint64_t phase_started_ns_ = 0;
-  uint64_t mean_bubble_ns_ = 0, mean_busy_ns_ = 0, longest_bubble_ns_ = 0, bubbles_ = 0;
+  uint64_t mean_bubble_ns_ = 0, mean_busy_ns_ = 0, longest_bubble_ns_ = 0;
+  uint64_t bubbles_ = 0, busy_phases_ = 0;
 };
 
 }  // namespace tandem::scheduler

@@ -1,13 +1,23 @@
-// How much GPU time fillers may launch each period (SpecInF's three token phases).
-//   closed        training is busy: no tokens, and unspent ones are revoked;
-//   conservative  the first `conservative_ns` of a bubble: nothing yet (training may resume
-//                 at once, and a long kernel must not be disturbed);
-//   incremental   then a growing share of each period: start, start + step, ... up to 1;
-//   stable        once the bubble has lasted `stable_after_ns` (a long, steady bubble such as
-//                 an all-reduce): full rate, each filler topped up to its in-flight share.
-// Each period's budget is split equally among the fillers that want work, and no filler may
-// have more than its share of `max_inflight_ns` launched but unfinished: when training
-// resumes it waits for at most that much filler work.
+// How much GPU time (ns of estimated work) fillers may launch each period: SpecInF's three
+// token phases. Pure logic, time passed in.
+//
+//   closed        training is busy: no grants, and revoke() is true so the daemon zeroes every
+//                 filler's unspent balance (tokens left over would run into training).
+//   conservative  bubble age < conservative_ns: still no grants, nothing revoked. Training may
+//                 resume at once, and a long training kernel may still be running.
+//   incremental   then the k-th incremental period (k = 0, 1, ...; counted per bubble) grants
+//                 fraction = min(1, incremental_start + k * incremental_step) of period_ns,
+//                 split equally among the fillers that want work. Growing slowly limits the
+//                 damage when the bubble turns out short.
+//   stable        bubble age >= stable_after_ns: it has proved long and steady (e.g. an
+//                 all-reduce), so each filler is topped up to its in-flight share at once; the
+//                 in-flight bound, not a rate, limits training's wait. Not entered early when a
+//                 bubble outlasts the learned mean: such a bubble is about to end.
+// In-flight bound (all phases): with n fillers wanting work, each filler's share is
+// max_inflight_ns / n, and inflight_ns + unspent tokens + grant <= share. Unspent tokens count
+// because they become in-flight work without asking again. So when training resumes it waits
+// for at most max_inflight_ns of filler work. Fillers not wanting work get nothing. Integer
+// division remainders (< n ns) are dropped.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -16,22 +26,22 @@
 
 namespace tandem::scheduler {
 
+// Defaults match the daemon's settings table (TANDEM_FILL_*_US, TANDEM_MAX_INFLIGHT_US).
 struct FillParams {
-  uint64_t period_ns = 1000000;
-  uint64_t conservative_ns = 500000;
-  double incremental_start = 0.25;
-  double incremental_step = 0.25;
-  uint64_t stable_after_ns = 1500000;
-  uint64_t max_inflight_ns = 2500000;
+  uint64_t period_ns = 1000000;        // sample period
+  uint64_t conservative_ns = 500000;   // no grants this long after a bubble starts
+  double incremental_start = 0.25;     // fraction of a period granted in the first incremental period
+  double incremental_step = 0.25;      // growth of that fraction per period
+  uint64_t stable_after_ns = 1500000;  // bubble age at which the stable phase starts
+  uint64_t max_inflight_ns = 2500000;  // bound on fillers' issued-but-unfinished work (all fillers)
 };
 
 enum class FillPhase { closed, conservative, incremental, stable };
-const char* fill_phase_name(FillPhase p);
 
 struct FillerState {
   int id;
   uint64_t inflight_ns;  // launched, not yet completed (estimated)
-  int64_t tokens_ns;     // current unspent balance
+  int64_t tokens_ns;     // current unspent balance (counts against the in-flight share)
   bool wants_work;       // launched recently or is waiting at the gate
 };
 
@@ -44,17 +54,22 @@ class FillPolicy {
  public:
   explicit FillPolicy(FillParams p) : p_(p) {}
 
-  FillPhase step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_started_ns,
-                 const std::vector<FillerState>& fillers, std::vector<Grant>& grants);
+  // Once per period. Clears `grants`, then fills it with the tokens to ADD per filler.
+  FillPhase step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_started_ns, const std::vector<FillerState>& fillers, std::vector<Grant>& grants);
   FillPhase phase() const { return phase_; }
-  // True when unspent tokens must be taken back (training is busy).
+  // True while closed: the daemon must zero every filler's unspent balance.
   bool revoke() const { return phase_ == FillPhase::closed; }
-  // Share of a period granted in the last step (0..1).
+  // Fraction of a period granted in the last step (0 closed/conservative, 1 stable).
   double rate() const { return rate_; }
+  static const char* phase_name(FillPhase p);
 
  private:
+  FillPhase choose_phase(GpuPhase gpu, uint64_t age_ns) const;
+  void grant(const std::vector<FillerState>& fillers, std::vector<Grant>& grants) const;
+
   FillParams p_;
   FillPhase phase_ = FillPhase::closed;
+  uint64_t bubble_started_ns_ = 0;  // the bubble the incremental count belongs to
   int incremental_steps_ = 0;
   double rate_ = 0;
 };

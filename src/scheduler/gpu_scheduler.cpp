@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <ctime>
 
 #include "log.h"
 
@@ -22,7 +23,13 @@ void wake(tandem_slot& s) { wake_word(&s.wake); }
 
 GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
     : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill) {
-  if (segment_.ok()) segment_.shm()->sample_us = params.period_ns / 1000;
+  if (segment_.ok()) {
+    segment_.shm()->sample_us = params.period_ns / 1000;
+    // Alive from the start: a client registering before the first tick must not see a stale daemon.
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    segment_.shm()->daemon_heartbeat_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  }
 }
 
 void GpuScheduler::tick(uint64_t now_ns) {

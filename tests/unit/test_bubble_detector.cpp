@@ -1,0 +1,136 @@
+// BubbleDetector on synthetic counter sequences, one sample per 1 ms period.
+#include <catch2/catch.hpp>
+
+#include "bubble_detector.h"
+
+using namespace tandem::scheduler;
+
+namespace {
+constexpr uint64_t kMs = 1000000;
+
+// Feeds cumulative counters the way the daemon reads them from shared memory.
+struct Trainer {
+  BubbleDetector d;
+  uint64_t t = 0, launches = 0, recorded = 0, completed = 0;
+  explicit Trainer(int quiet = 1) : d(quiet) { d.update({t, 0, 0, 0}); }
+  GpuPhase period(uint64_t new_launches, uint64_t new_markers, uint64_t markers_done) {
+    t += kMs;
+    launches += new_launches;
+    recorded += new_markers;
+    completed += markers_done;
+    return d.update({t, launches, recorded, completed});
+  }
+  GpuPhase busy() { return period(5, 1, 1); }   // launched and finished within the period
+  GpuPhase idle() { return period(0, 0, 0); }
+};
+}  // namespace
+
+TEST_CASE("BubbleDetector: the first sample only initializes") {
+  BubbleDetector d;
+  CHECK(d.update({5 * kMs, 100, 10, 10}) == GpuPhase::busy);  // counters already advanced: no history
+  CHECK(d.phase_started_ns() == 5 * kMs);
+  CHECK(d.bubbles() == 0);
+  CHECK(d.predicted_bubble_end_ns() == 0);
+  CHECK(d.update({6 * kMs, 100, 10, 10}) == GpuPhase::bubble);  // first comparison
+}
+
+TEST_CASE("BubbleDetector: CPU ran ahead, no new launches but markers pending, is busy") {
+  Trainer tr;
+  tr.period(20, 2, 0);  // the CPU queued a lot of work
+  CHECK(tr.period(0, 0, 0) == GpuPhase::busy);
+  CHECK(tr.period(0, 0, 1) == GpuPhase::busy);  // one of two markers still pending
+  CHECK(tr.period(0, 0, 1) == GpuPhase::bubble);  // GPU caught up
+  CHECK(tr.d.phase_started_ns() == 4 * kMs);
+}
+
+TEST_CASE("BubbleDetector: communication (only uncounted NCCL work) is a bubble") {
+  Trainer tr;
+  tr.period(8, 1, 0);
+  // Compute done, all-reduce running: NCCL kernels are not in the counters.
+  CHECK(tr.period(0, 0, 1) == GpuPhase::bubble);
+  CHECK(tr.d.phase_started_ns() == 2 * kMs);
+  CHECK(tr.idle() == GpuPhase::bubble);
+  CHECK(tr.period(3, 1, 0) == GpuPhase::busy);  // backward/forward resumes
+  CHECK(tr.d.phase_started_ns() == 4 * kMs);
+}
+
+TEST_CASE("BubbleDetector: a host gap (nothing launched, nothing pending) is a bubble") {
+  Trainer tr;
+  tr.busy();
+  CHECK(tr.idle() == GpuPhase::bubble);
+  CHECK(tr.idle() == GpuPhase::bubble);
+  // A launch whose work finished within the period still ends the bubble.
+  CHECK(tr.period(1, 1, 1) == GpuPhase::busy);
+  // Pending markers alone (no new launches) keep it busy.
+  tr.period(1, 1, 0);
+  CHECK(tr.period(0, 0, 0) == GpuPhase::busy);
+}
+
+TEST_CASE("BubbleDetector: quiet-sample threshold, dated from the first quiet sample") {
+  Trainer tr(3);
+  tr.busy();
+  CHECK(tr.idle() == GpuPhase::busy);
+  CHECK(tr.idle() == GpuPhase::busy);
+  CHECK(tr.idle() == GpuPhase::bubble);
+  CHECK(tr.d.phase_started_ns() == 2 * kMs);
+
+  // A non-quiet sample resets the run: two quiet, one busy, two quiet is no bubble.
+  Trainer u(3);
+  u.busy();
+  u.idle();
+  u.idle();
+  CHECK(u.busy() == GpuPhase::busy);
+  CHECK(u.idle() == GpuPhase::busy);
+  CHECK(u.idle() == GpuPhase::busy);
+  CHECK(u.idle() == GpuPhase::bubble);
+  CHECK(u.d.phase_started_ns() == 5 * kMs);
+  // Ending a bubble needs only one non-quiet sample.
+  CHECK(u.busy() == GpuPhase::busy);
+
+  // A threshold below 1 behaves as 1.
+  Trainer w(0);
+  w.busy();
+  CHECK(w.idle() == GpuPhase::bubble);
+}
+
+TEST_CASE("BubbleDetector: counters that jump by many per period") {
+  Trainer tr;
+  CHECK(tr.period(1000, 40, 39) == GpuPhase::busy);
+  CHECK(tr.period(0, 0, 0) == GpuPhase::busy);  // one marker of 40 still pending
+  CHECK(tr.period(0, 0, 1) == GpuPhase::bubble);
+  CHECK(tr.period(250, 10, 10) == GpuPhase::busy);  // big jump, all complete: still progress
+  CHECK(tr.period(0, 0, 0) == GpuPhase::bubble);
+  // The completed count read ahead of the recorded count (per-client reads race): nothing pending.
+  tr.completed += 1;
+  CHECK(tr.idle() == GpuPhase::bubble);
+}
+
+TEST_CASE("BubbleDetector: learned profile over several iterations") {
+  Trainer tr;
+  // Iterations of 3 ms busy then a bubble of 2, 2, 2, 6 ms.
+  for (uint64_t bubble_ms : {2, 2, 2, 6}) {
+    for (int i = 0; i < 3; ++i) tr.busy();
+    for (uint64_t i = 0; i < bubble_ms; ++i) tr.idle();
+  }
+  CHECK(tr.d.bubbles() == 3);  // the fourth is still running
+  CHECK(tr.d.mean_bubble_ns() == 2 * kMs);
+  CHECK(tr.d.predicted_bubble_end_ns() == tr.d.phase_started_ns() + 2 * kMs);
+  tr.busy();
+  CHECK(tr.d.bubbles() == 4);
+  CHECK(tr.d.longest_bubble_ns() == 6 * kMs);
+  CHECK(tr.d.mean_bubble_ns() == 3 * kMs);  // (3 * 2 + 6) / 4
+  // Busy phases between bubbles are 3 ms; the partial start-up phase is not learned.
+  CHECK(tr.d.mean_busy_ns() == 3 * kMs);
+  CHECK(tr.d.predicted_bubble_end_ns() == 0);  // busy now
+}
+
+TEST_CASE("BubbleDetector: the start-up busy phase does not skew the busy mean") {
+  Trainer tr;
+  for (int i = 0; i < 10; ++i) tr.busy();  // joined mid-iteration: 10 ms observed
+  tr.idle();
+  tr.busy();
+  tr.busy();
+  tr.idle();
+  CHECK(tr.d.mean_busy_ns() == 2 * kMs);
+  CHECK(tr.d.mean_bubble_ns() == 1 * kMs);
+}

@@ -1,0 +1,197 @@
+// FillPolicy: the three-phase token policy over synthetic bubbles, one step per 1 ms period.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "fill_policy.h"
+
+using namespace tandem::scheduler;
+
+namespace {
+constexpr uint64_t kMs = 1000000;
+constexpr int64_t kMsI = 1000000;
+
+FillerState filler(int id, uint64_t inflight = 0, int64_t tokens = 0, bool wants = true) {
+  return FillerState{id, inflight, tokens, wants};
+}
+
+FillParams params() {
+  FillParams p;
+  p.period_ns = kMs;
+  p.conservative_ns = 1 * kMs;
+  p.incremental_start = 0.25;
+  p.incremental_step = 0.25;
+  p.stable_after_ns = 4 * kMs;
+  p.max_inflight_ns = 100 * kMs;  // out of the way unless a test is about it
+  return p;
+}
+
+int64_t total(const std::vector<Grant>& grants) {
+  int64_t sum = 0;
+  for (const Grant& g : grants) sum += g.tokens_ns;
+  return sum;
+}
+}  // namespace
+
+TEST_CASE("FillPolicy: closed -> conservative -> incremental (growing) -> stable") {
+  FillPolicy policy(params());
+  std::vector<FillerState> fillers{filler(7)};
+  std::vector<Grant> grants{{99, 1}};  // stale content must be cleared
+
+  CHECK(policy.step(GpuPhase::busy, 10 * kMs, 0, fillers, grants) == FillPhase::closed);
+  CHECK(grants.empty());
+  CHECK(policy.revoke());
+
+  const uint64_t start = 10 * kMs;
+  for (uint64_t t : {start, start + kMs / 2}) {
+    CHECK(policy.step(GpuPhase::bubble, t, start, fillers, grants) == FillPhase::conservative);
+    CHECK(grants.empty());
+    CHECK_FALSE(policy.revoke());
+  }
+  std::vector<int64_t> amounts;
+  for (uint64_t t = start + kMs; t < start + 4 * kMs; t += kMs) {
+    CHECK(policy.step(GpuPhase::bubble, t, start, fillers, grants) == FillPhase::incremental);
+    CHECK_FALSE(policy.revoke());
+    REQUIRE(grants.size() == 1);
+    CHECK(grants[0].id == 7);
+    amounts.push_back(grants[0].tokens_ns);
+  }
+  CHECK(amounts == std::vector<int64_t>{250000, 500000, 750000});
+  CHECK(policy.step(GpuPhase::bubble, start + 4 * kMs, start, fillers, grants) == FillPhase::stable);
+  CHECK(policy.rate() == 1.0);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 100 * kMsI);  // topped up to the in-flight share
+  CHECK(policy.phase() == FillPhase::stable);
+}
+
+TEST_CASE("FillPolicy: busy training closes and revokes; the ramp restarts each bubble") {
+  FillPolicy policy(params());
+  std::vector<FillerState> fillers{filler(1)};
+  std::vector<Grant> grants;
+  policy.step(GpuPhase::bubble, 2 * kMs, 0, fillers, grants);
+  policy.step(GpuPhase::bubble, 3 * kMs, 0, fillers, grants);
+  REQUIRE_FALSE(grants.empty());
+  CHECK(policy.step(GpuPhase::busy, 4 * kMs, 0, fillers, grants) == FillPhase::closed);
+  CHECK(policy.revoke());
+  CHECK(grants.empty());
+  CHECK(policy.rate() == 0.0);
+
+  // Next bubble: conservative again, then the ramp begins at incremental_start.
+  CHECK(policy.step(GpuPhase::bubble, 8 * kMs, 8 * kMs, fillers, grants) == FillPhase::conservative);
+  CHECK(policy.step(GpuPhase::bubble, 9 * kMs, 8 * kMs, fillers, grants) == FillPhase::incremental);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 250000);
+
+  // A new bubble start without a busy step in between also restarts the ramp.
+  policy.step(GpuPhase::bubble, 20 * kMs, 18 * kMs, fillers, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 250000);
+}
+
+TEST_CASE("FillPolicy: the incremental fraction is capped at a whole period") {
+  FillParams p = params();
+  p.incremental_start = 0.5;
+  p.incremental_step = 0.75;
+  p.stable_after_ns = 50 * kMs;
+  FillPolicy policy(p);
+  std::vector<FillerState> fillers{filler(0)};
+  std::vector<Grant> grants;
+  std::vector<int64_t> amounts;
+  for (uint64_t t = kMs; t <= 4 * kMs; t += kMs) {
+    CHECK(policy.step(GpuPhase::bubble, t, 0, fillers, grants) == FillPhase::incremental);
+    amounts.push_back(total(grants));
+  }
+  CHECK(amounts == std::vector<int64_t>{500000, 1000000, 1000000, 1000000});
+}
+
+TEST_CASE("FillPolicy: fair shares among 1, 2 and 4 fillers") {
+  FillParams p = params();
+  p.incremental_start = 1.0;  // a whole period per period
+  p.stable_after_ns = 100 * kMs;
+  p.max_inflight_ns = 8 * kMs;
+  for (int n : {1, 2, 4}) {
+    FillPolicy policy(p);
+    std::vector<FillerState> fillers;
+    for (int i = 0; i < n; ++i) fillers.push_back(filler(10 + i));
+    std::vector<Grant> grants;
+    CHECK(policy.step(GpuPhase::bubble, 2 * kMs, 0, fillers, grants) == FillPhase::incremental);
+    REQUIRE(grants.size() == static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      CHECK(grants[static_cast<size_t>(i)].id == 10 + i);
+      CHECK(grants[static_cast<size_t>(i)].tokens_ns == kMsI / n);
+    }
+    CHECK(total(grants) == kMsI);
+
+    // Stable: each topped up to an equal share of the in-flight bound.
+    p.stable_after_ns = 0;
+    FillPolicy stable(p);
+    p.stable_after_ns = 100 * kMs;
+    CHECK(stable.step(GpuPhase::bubble, 2 * kMs, 0, fillers, grants) == FillPhase::stable);
+    REQUIRE(grants.size() == static_cast<size_t>(n));
+    for (const Grant& g : grants) CHECK(g.tokens_ns == 8 * kMsI / n);
+  }
+}
+
+TEST_CASE("FillPolicy: in-flight cap counts in-flight work and unspent tokens") {
+  FillParams p = params();
+  p.incremental_start = 1.0;
+  p.stable_after_ns = 100 * kMs;
+  p.max_inflight_ns = 4 * kMs;  // 2 ms each for the 2 fillers that want work
+  FillPolicy policy(p);
+  std::vector<FillerState> fillers{filler(0, 1800000, 0),   // 0.2 ms of room left
+                                   filler(1, 0, 2000000),   // share already held as tokens
+                                   filler(2, 2500000, 0),   // over its share (the bound shrank)
+                                   filler(3, 0, 0, false)};  // idle: not counted in the split
+  std::vector<Grant> grants;
+  // Three want work: shares of 4/3 ms, and every one of them is already at or over it.
+  policy.step(GpuPhase::bubble, 2 * kMs, 0, fillers, grants);
+  CHECK(grants.empty());
+  // Two want work: shares of 2 ms; only filler 0 has room, and only 0.2 ms of it.
+  fillers.erase(fillers.begin() + 2);
+  policy.step(GpuPhase::bubble, 3 * kMs, 0, fillers, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].id == 0);
+  CHECK(grants[0].tokens_ns == 200000);
+
+  // A negative balance (overspent) gives no extra room.
+  std::vector<FillerState> debt{filler(5, 1000000, -500000)};
+  FillParams q = p;
+  q.max_inflight_ns = 2 * kMs;
+  q.stable_after_ns = 0;
+  FillPolicy stable(q);
+  stable.step(GpuPhase::bubble, 2 * kMs, 0, debt, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 1000000);
+  // The cap holds in stable for every filler: inflight + tokens + grant <= share.
+  std::vector<FillerState> many{filler(0, 300000, 100000), filler(1, 0, 0), filler(2, 999999, 1)};
+  stable.step(GpuPhase::bubble, 2 * kMs, 0, many, grants);
+  const int64_t share = 2 * kMsI / 3;
+  REQUIRE(grants.size() == 2);  // filler 2 holds 1 ms > its 2/3 ms share: nothing
+  CHECK(grants[0].id == 0);
+  CHECK(grants[0].tokens_ns == share - 400000);
+  CHECK(grants[1].id == 1);
+  CHECK(grants[1].tokens_ns == share);
+}
+
+TEST_CASE("FillPolicy: no grants to fillers that do not want work") {
+  FillPolicy policy(params());
+  std::vector<FillerState> fillers{filler(0, 0, 0, false), filler(1, 0, 0, true), filler(2, 0, 0, false)};
+  std::vector<Grant> grants;
+  policy.step(GpuPhase::bubble, 2 * kMs, 0, fillers, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].id == 1);
+  CHECK(grants[0].tokens_ns == 250000);  // the whole first incremental budget to the one that wants it
+
+  std::vector<FillerState> none{filler(0, 0, 0, false)};
+  CHECK(policy.step(GpuPhase::bubble, 10 * kMs, 0, none, grants) == FillPhase::stable);
+  CHECK(grants.empty());
+  CHECK(policy.step(GpuPhase::bubble, 11 * kMs, 0, {}, grants) == FillPhase::stable);
+  CHECK(grants.empty());
+}
+
+TEST_CASE("FillPolicy: phase names") {
+  CHECK(std::strcmp(FillPolicy::phase_name(FillPhase::closed), "closed") == 0);
+  CHECK(std::strcmp(FillPolicy::phase_name(FillPhase::conservative), "conservative") == 0);
+  CHECK(std::strcmp(FillPolicy::phase_name(FillPhase::incremental), "incremental") == 0);
+  CHECK(std::strcmp(FillPolicy::phase_name(FillPhase::stable), "stable") == 0);
+}
