@@ -19,8 +19,10 @@ uint32_t role_code(const char* role) noexcept;
 
 // Tries once to register with the daemon for the GPU `uuid`. True when linked.
 bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noexcept;
-// True while the daemon's socket is open and its heartbeat fresh.
-bool daemon_alive(uint64_t now_ns, uint64_t stale_ns) noexcept;
+// True while the daemon's socket is open. A stale heartbeat alone does not drop the link: a
+// daemon that is only descheduled for a moment would cost a re-registration, and the gate
+// already fails open, launch by launch, while the heartbeat is stale.
+bool daemon_connected() noexcept;
 // Drops the link (daemon gone): launches pass from now on. Re-linking happens later.
 void unlink_from_daemon() noexcept;
 // Fork: the child has no link (it re-registers on its own if it uses CUDA).

@@ -100,7 +100,6 @@ void* progress_main(void*) {
   CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
   const uint64_t period = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
   const uint64_t tick = period / 4 ? period / 4 : 1000;
-  const uint64_t stale = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
   // Wait for the first launch to publish the application's context.
   CUcontext ctx = nullptr;
   while (!(ctx = g_notes.context.load(std::memory_order_acquire))) sleep_ns(period);
@@ -121,7 +120,7 @@ void* progress_main(void*) {
         link_to_daemon(uuid, total);
         next_link_attempt = now + 1000000000ull;  // one attempt a second while there is no daemon
       }
-    } else if (!daemon_alive(now, stale)) {
+    } else if (!daemon_connected()) {
       unlink_from_daemon();
       next_link_attempt = now + 100000000ull;
     }
