@@ -27,6 +27,8 @@ struct MemoryCounters {
 struct GateCounters {
   std::atomic<uint64_t> waits;    // launches that waited for tokens
   std::atomic<uint64_t> wait_ns;  // time they waited
+  std::atomic<uint64_t> fail_open;     // waits ended by a stale daemon heartbeat
+  std::atomic<uint64_t> daemon_links;  // registrations with a daemon (1 unless it went away)
 };
 
 LaunchCounters& launch_counters() noexcept;

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "counters.h"
 #include "log.h"
 #include "protocol.h"
 #include "settings.h"
@@ -85,6 +86,7 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
     g_shm_size = static_cast<size_t>(size);
     g_shm.store(shm, std::memory_order_release);
     g_slot.store(&shm->slots[slot], std::memory_order_release);
+    count(gate_counters().daemon_links);
     TANDEM_LOG_INFO("registered with tandemd: slot {}, role {}", slot, setting_text(SettingId::TANDEM_ROLE));
     return true;
   } catch (...) {

@@ -33,7 +33,10 @@ void gate_wait(tandem_slot* slot, uint64_t cost_ns) noexcept {
     }
     uint64_t now = monotonic_ns();
     if (!start) start = now;
-    if (!shm || now > __atomic_load_n(&shm->daemon_heartbeat_ns, __ATOMIC_ACQUIRE) + stale_ns) break;  // fail open
+    if (!shm || now > __atomic_load_n(&shm->daemon_heartbeat_ns, __ATOMIC_ACQUIRE) + stale_ns) {
+      count(gate_counters().fail_open);  // the daemon is gone or hung: let the kernel run
+      break;
+    }
     uint32_t wake = __atomic_load_n(&slot->wake, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&slot->tokens, __ATOMIC_ACQUIRE) > 0) continue;
     futex_wait(&slot->wake, wake, 4 * period_ns);  // bounded: re-check the daemon's heartbeat

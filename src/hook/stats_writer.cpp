@@ -57,7 +57,11 @@ std::string stats_json(const char* role) {
         {"frees", m.frees.load()},
         {"bytes_in_use", m.bytes_in_use.load()},
         {"peak_bytes", m.peak_bytes.load()}}},
-      {"gate", {{"waits", gate_counters().waits.load()}, {"wait_ns", gate_counters().wait_ns.load()}}},
+      {"gate",
+       {{"waits", gate_counters().waits.load()},
+        {"wait_ns", gate_counters().wait_ns.load()},
+        {"fail_open", gate_counters().fail_open.load()}}},
+      {"daemon", {{"links", gate_counters().daemon_links.load()}}},
   };
   return j.dump(2) + "\n";
 }

@@ -5,6 +5,8 @@ usage: fill_e2e.py BUILD_DIR CASE
   retention       training under tandem keeps >= 0.95 of Exclusive, Co-Exec is clearly lower,
                   and the filler makes progress (best of up to 3 interleaved rounds)
   daemon-killed   tandemd is killed mid-run: training and the filler both finish normally
+  daemon-stopped  tandemd is stopped (SIGSTOP) for a second: the filler fails open and keeps
+                  running, and both processes keep their one registration when it resumes
   client-killed   the filler is killed mid-run: its slot and tokens are reclaimed, training
                   goes on, and a new filler registers and makes progress
 """
@@ -128,6 +130,35 @@ def daemon_killed(env):
     check(st is not None and any(s["pid"] == a.pid for g in st["gpus"] for s in g["slots"]), "a restarted daemon is used")
 
 
+def stats_of(env, pid):
+    with open(os.path.join(env.tmp, f"stats-{pid}.json")) as f:
+        return json.load(f)
+
+
+def daemon_stopped(env):
+    d = env.daemon()
+    a = env.start("train-sim", "--seconds", "4", role="training")
+    b = env.start("infer-sim", "--seconds", "4", role="batch-inference")
+    time.sleep(1.0)
+    st = env.status()
+    check(st is not None and len(st["gpus"][0]["slots"]) == 2, "both processes registered")
+    d.send_signal(signal.SIGSTOP)  # hung, not gone: its socket stays open
+    time.sleep(1.0)
+    d.send_signal(signal.SIGCONT)
+    time.sleep(0.3)
+    st = env.status()
+    check(st is not None and len(st["gpus"][0]["slots"]) == 2, "both still registered after the daemon resumed")
+    t, i = finish(a), finish(b)
+    d.terminate()
+    d.wait()
+    train, filler = stats_of(env, a.pid), stats_of(env, b.pid)
+    check(t["iterations"] > 0 and i["requests"] > 0, "training and the filler finished")
+    check(filler["gate"]["fail_open"] >= 1, f"the filler failed open while the daemon was stopped "
+          f"({filler['gate']['fail_open']} gate waits ended by the stale heartbeat)")
+    check(train["daemon"]["links"] == 1 and filler["daemon"]["links"] == 1,
+          f"no re-registration: links training {train['daemon']['links']}, filler {filler['daemon']['links']}")
+
+
 def client_killed(env):
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "4", role="training")
@@ -152,7 +183,8 @@ def client_killed(env):
 def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
-    {"retention": retention, "daemon-killed": daemon_killed, "client-killed": client_killed}[case](env)
+    {"retention": retention, "daemon-killed": daemon_killed, "daemon-stopped": daemon_stopped,
+     "client-killed": client_killed}[case](env)
     print(f"fill e2e {case}: ok")
 
 
