@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -49,8 +50,9 @@ int main(int argc, char** argv) {
     setup(argv[1]);
   }
   if (check == "spin") {
-    double t = run_spins(20, 2000000);  // 20 x 2 ms
-    std::printf("20 x 2 ms spin kernels: %.1f ms\n", t * 1e3);
+    // 20 x 2 ms, best of 3: load from other work on the machine only ever adds time.
+    double t = std::min({run_spins(20, 2000000), run_spins(20, 2000000), run_spins(20, 2000000)});
+    std::printf("20 x 2 ms spin kernels: %.1f ms (best of 3)\n", t * 1e3);
     CHECK(t >= 0.040 && t < 0.040 * 1.5);
   } else if (check == "names") {
     CUfunction f;
@@ -141,7 +143,7 @@ int main(int argc, char** argv) {
   } else if (check == "contention") {
     // Alone, then two processes at once: in timeslice mode each sees about twice the time.
     setup(argv[1]);
-    double alone = run_spins(10, 5000000);
+    double alone = std::min({run_spins(10, 5000000), run_spins(10, 5000000), run_spins(10, 5000000)});
     int p[2];
     CHECK(pipe(p) == 0);
     pid_t pid = fork();
