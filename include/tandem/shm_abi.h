@@ -42,7 +42,8 @@ struct tandem_slot {
   uint32_t wake;       /* futex word: the daemon increments it and wakes waiters */
   int64_t tokens;      /* GPU time the client may still launch, in ns of estimated work */
   uint64_t granted_ns; /* total tokens ever granted */
-  uint8_t daemon_reserved[16];
+  uint64_t assigned_quota_bytes; /* device-memory quota set through the daemon (0: none); overrides TANDEM_MEM_LIMIT */
+  uint8_t daemon_reserved[8];
 
   /* --- written by the client --- */
   uint64_t launches;          /* compute kernels launched (graph nodes included) */
@@ -61,7 +62,10 @@ struct tandem_slot {
   uint64_t admission_waits;   /* requests that waited for a bubble */
   uint64_t admission_wait_ns; /* time they waited */
   uint64_t peak_bytes;        /* the process's peak device memory (admission principle I) */
-  uint8_t client_reserved[72];
+  uint64_t bytes_in_use;      /* device memory the process holds now */
+  uint64_t quota_bytes;       /* the quota in force (0: none) */
+  uint64_t quota_refusals;    /* allocations refused for exceeding it */
+  uint8_t client_reserved[48];
 };
 
 struct tandem_shm_header {

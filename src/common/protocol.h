@@ -15,6 +15,8 @@ enum class MessageType : uint32_t {
   status_reply = 4,    // daemon -> client: the status document (docs/daemon.md)
   trace_request = 5,   // any -> daemon: {"since_ns": int} (CLOCK_MONOTONIC; 0: all it kept)
   trace_reply = 6,     // daemon -> client: {"now_ns": int, "gpus": {uuid: chrome-trace}}
+  quota_request = 7,   // any -> daemon: {"pid": int, "size": str} memory quota ("8G", "25%"; "" clears)
+  quota_reply = 8,     // daemon -> client: {"pid": int, "bytes": int, "gpu": uuid}
   error = 0xFFFF,      // daemon -> client: {"errno": int, "message": str}
 };
 

@@ -60,6 +60,10 @@ bool setting_value_valid(const SettingInfo& info, const char* value) noexcept {
     case SettingKind::Bool: return accepted_index(info.accepted, value) >= 0;
     case SettingKind::Int: return int_valid(value);
     case SettingKind::Text: return std::strlen(value) < kMaxValue;
+    case SettingKind::Size: {
+      MemorySize size;
+      return parse_memory_size(value, size);
+    }
   }
   return false;
 }
@@ -107,5 +111,48 @@ int setting_enum(SettingId id) noexcept {
 }
 
 bool setting_was_set(SettingId id) noexcept { return g_set[static_cast<size_t>(id)]; }
+
+bool parse_memory_size(const char* text, MemorySize& out) noexcept {
+  out = MemorySize{};
+  if (!text || !*text) return true;  // unset: no size
+  char* end = nullptr;
+  double number = std::strtod(text, &end);
+  if (end == text || !(number > 0) || number > 1e300) return false;
+  while (*end == ' ') ++end;
+  if (*end == '%') {
+    if (end[1] != '\0' || number > 100) return false;
+    out.percent = number;
+    out.is_percent = true;
+    out.empty = false;
+    return true;
+  }
+  double scale = 1;
+  switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': scale = 1024.0; break;
+    case 'm': case 'M': scale = 1024.0 * 1024; break;
+    case 'g': case 'G': scale = 1024.0 * 1024 * 1024; break;
+    case 't': case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
+    default: return false;
+  }
+  if (*end) {
+    ++end;
+    // Optional "i" and "B" after the unit: 64M, 64MiB and 64MB all mean 64 * 2^20 bytes.
+    if (*end == 'i') ++end;
+    if (*end == 'B' || *end == 'b') ++end;
+    if (*end) return false;
+  }
+  double bytes = number * scale;
+  if (bytes < 1 || bytes > 1.8e19) return false;
+  out.bytes = static_cast<unsigned long long>(bytes);
+  out.empty = false;
+  return true;
+}
+
+unsigned long long memory_size_bytes(const MemorySize& size, unsigned long long gpu_total_bytes) noexcept {
+  if (size.empty) return 0;
+  if (!size.is_percent) return size.bytes;
+  return static_cast<unsigned long long>(static_cast<double>(gpu_total_bytes) * size.percent / 100.0);
+}
 
 }  // namespace tandem

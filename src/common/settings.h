@@ -5,7 +5,7 @@
 
 namespace tandem {
 
-enum class SettingKind { Enum, Bool, Text, Int };
+enum class SettingKind { Enum, Bool, Text, Int, Size };
 
 enum class SettingId {
 #define X(name, kind, def, accepted, desc) name,
@@ -41,5 +41,17 @@ void load_settings(char** env, WarnSink warn) noexcept;
 
 // Checks `value` against the setting's accepted values. Enum/Bool only; Text always ok.
 bool setting_value_valid(const SettingInfo& info, const char* value) noexcept;
+
+// A memory size: bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "MB" and
+// the like are accepted too), or a percentage of the GPU ("50%"). Empty means "no size".
+struct MemorySize {
+  unsigned long long bytes = 0;  // when !is_percent
+  double percent = 0;            // when is_percent: 0 < percent <= 100
+  bool is_percent = false;
+  bool empty = true;
+};
+bool parse_memory_size(const char* text, MemorySize& out) noexcept;
+// The size in bytes on a GPU of `gpu_total_bytes` (0 when empty).
+unsigned long long memory_size_bytes(const MemorySize& size, unsigned long long gpu_total_bytes) noexcept;
 
 }  // namespace tandem

@@ -20,6 +20,8 @@ const char* kUsage =
     "usage: tandemctl <command> [options]\n"
     "  status [--json] [--socket PATH]   what the daemon sees: GPUs, bubbles, clients, tokens\n"
     "  trace --seconds N --out FILE      record N seconds of scheduling as a Chrome/Perfetto trace\n"
+    "  mem [--json]                      each process's device memory: in use, peak, quota, refusals\n"
+    "  mem --set PID SIZE                set a process's memory quota (8G, 512M, 25%; none clears)\n"
     "  settings [--markdown]             every TANDEM_* setting with default and description\n"
     "  version                           the version of tandemctl\n";
 
@@ -71,8 +73,17 @@ std::string ask(const std::string& socket_path, tandem::MessageType request, con
   tandem::MessageHeader h{};
   std::string payload;
   if (!tandem::send_message(fd, request, body) ||
-      tandem::recv_message(fd, h, payload, 5000, tandem::kMaxReplyPayload) != tandem::RecvStatus::ok ||
-      h.type != static_cast<uint32_t>(reply_type)) {
+      tandem::recv_message(fd, h, payload, 5000, tandem::kMaxReplyPayload) != tandem::RecvStatus::ok) {
+    std::fprintf(stderr, "tandemctl: tandemd on %s did not answer\n", socket_path.c_str());
+    std::exit(1);
+  }
+  if (h.type == static_cast<uint32_t>(tandem::MessageType::error)) {
+    nlohmann::json e = nlohmann::json::parse(payload, nullptr, false);
+    std::string message = e.is_object() ? e.value("message", payload) : payload;
+    std::fprintf(stderr, "tandemctl: tandemd refused: %s\n", message.c_str());
+    std::exit(1);
+  }
+  if (h.type != static_cast<uint32_t>(reply_type)) {
     std::fprintf(stderr, "tandemctl: tandemd on %s did not answer\n", socket_path.c_str());
     std::exit(1);
   }
@@ -152,6 +163,63 @@ int status(const std::string& socket_path, bool json) {
   return 0;
 }
 
+std::string mib(unsigned long long bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / 1048576.0);
+  return text;
+}
+
+int mem_show(const std::string& socket_path, bool json) {
+  std::string payload = ask(socket_path, tandem::MessageType::status_request, "{}", tandem::MessageType::status_reply);
+  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
+  if (j.is_discarded()) {
+    std::fprintf(stderr, "tandemctl: malformed status reply\n");
+    return 1;
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& g : j["gpus"])
+    for (const auto& s : g["slots"])
+      rows.push_back({{"gpu", g["uuid"]}, {"pid", s["pid"]}, {"bytes_in_use", s["bytes_in_use"]},
+                      {"peak_bytes", s["peak_bytes"]}, {"quota_bytes", s["quota_bytes"]},
+                      {"quota_source", s["assigned_quota_bytes"].get<unsigned long long>() ? "tandemd"
+                                       : s["quota_bytes"].get<unsigned long long>() ? "TANDEM_MEM_LIMIT" : "none"},
+                      {"quota_refusals", s["quota_refusals"]}});
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"processes", rows}}.dump().c_str());
+    return 0;
+  }
+  std::printf("%-10s %-8s %12s %12s %12s %-17s %8s\n", "GPU", "PID", "IN USE(MiB)", "PEAK(MiB)", "QUOTA(MiB)", "QUOTA FROM",
+              "REFUSED");
+  for (const auto& r : rows) {
+    unsigned long long quota = r["quota_bytes"].get<unsigned long long>();
+    std::printf("%-10s %-8d %12s %12s %12s %-17s %8llu\n", r["gpu"].get<std::string>().substr(0, 8).c_str(),
+                r["pid"].get<int>(), mib(r["bytes_in_use"].get<unsigned long long>()).c_str(),
+                mib(r["peak_bytes"].get<unsigned long long>()).c_str(), quota ? mib(quota).c_str() : "-",
+                r["quota_source"].get<std::string>().c_str(), r["quota_refusals"].get<unsigned long long>());
+  }
+  if (rows.empty()) std::printf("(no registered processes)\n");
+  return 0;
+}
+
+int mem_set(const std::string& socket_path, const std::string& pid_text, std::string size) {
+  char* end = nullptr;
+  long pid = std::strtol(pid_text.c_str(), &end, 10);
+  if (pid_text.empty() || *end || pid <= 0) usage_error("mem --set needs a process id, got '" + pid_text + "'");
+  if (size == "none") size.clear();
+  tandem::MemorySize parsed;
+  if (!tandem::parse_memory_size(size.c_str(), parsed))
+    usage_error("size '" + size + "': give bytes with a K/M/G/T suffix (8G, 512M), N% of the GPU, or none");
+  std::string reply = ask(socket_path, tandem::MessageType::quota_request, nlohmann::json{{"pid", pid}, {"size", size}}.dump(),
+                          tandem::MessageType::quota_reply);
+  nlohmann::json j = nlohmann::json::parse(reply, nullptr, false);
+  unsigned long long bytes = j.is_object() ? j.value("bytes", 0ull) : 0ull;
+  if (bytes)
+    std::printf("tandemctl: pid %ld may hold %s MiB of device memory from its next allocation\n", pid, mib(bytes).c_str());
+  else
+    std::printf("tandemctl: pid %ld has no quota from tandemd (TANDEM_MEM_LIMIT applies, if set)\n", pid);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -161,6 +229,8 @@ int main(int argc, char** argv) {
   bool json = false, markdown = false;
   double seconds = 0;
   std::string out;
+  std::string set_pid, set_size;
+  bool set = false;
   std::string socket_path = tandem::setting_text(tandem::SettingId::TANDEM_SOCKET);
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -169,11 +239,17 @@ int main(int argc, char** argv) {
     else if (a == "--socket" && i + 1 < argc) socket_path = argv[++i];
     else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--out" && i + 1 < argc) out = argv[++i];
+    else if (a == "--set" && i + 2 < argc) {
+      set = true;
+      set_pid = argv[++i];
+      set_size = argv[++i];
+    }
     else usage_error("unknown argument " + a);
   }
   if (command == "status") return status(socket_path, json);
   if (command == "settings") return settings(markdown);
   if (command == "trace") return trace(socket_path, seconds, out);
+  if (command == "mem") return set ? mem_set(socket_path, set_pid, set_size) : mem_show(socket_path, json);
   if (command == "version") {
     std::printf("tandemctl %s\n", TANDEM_VERSION_STRING);
     return 0;

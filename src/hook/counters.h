@@ -22,6 +22,7 @@ struct MemoryCounters {
   std::atomic<uint64_t> frees;
   std::atomic<uint64_t> bytes_in_use;
   std::atomic<uint64_t> peak_bytes;
+  std::atomic<uint64_t> quota_refusals;  // allocations refused for exceeding the quota
 };
 
 struct GateCounters {

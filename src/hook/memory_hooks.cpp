@@ -1,6 +1,8 @@
 // Memory hooks: count allocations and frees of every path (plain, pitch, async, pool,
-// managed, VMM by handle) and track bytes in use and the peak. Quotas and the pool build on
-// these hooks (DESIGN §6).
+// managed, VMM by handle), track bytes in use and the peak, and enforce the quota
+// (memory_quota.h): an allocation is charged before it reaches the driver and refused with
+// CUDA_ERROR_OUT_OF_MEMORY when it would exceed the quota. The pool builds on these hooks
+// (DESIGN §6).
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -8,6 +10,7 @@
 #include "counters.h"
 #include "hooks.h"
 #include "log.h"
+#include "memory_quota.h"
 #include "real_driver.h"
 
 namespace tandem::hook {
@@ -29,20 +32,17 @@ LiveAllocations& live() noexcept {
   return *instance;
 }
 
+// Records an allocation whose bytes are already charged.
 void on_alloc(Table table, uint64_t key, uint64_t bytes) noexcept {
-  MemoryCounters& m = memory_counters();
-  count(m.allocs);
   try {
     std::lock_guard<std::mutex> lock(live().mutex);
     (live().*table)[key] = bytes;
   } catch (...) {
     TANDEM_LOG_WARN("cannot track allocation of {} bytes", bytes);
+    uncharge_memory(bytes);  // its free will not be found either
     return;
   }
-  uint64_t now = m.bytes_in_use.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  uint64_t peak = m.peak_bytes.load(std::memory_order_relaxed);
-  while (now > peak && !m.peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  count(memory_counters().allocs);
 }
 
 void on_free(Table table, uint64_t key) noexcept {
@@ -55,14 +55,26 @@ void on_free(Table table, uint64_t key) noexcept {
     bytes = it->second;
     sizes.erase(it);
   }
-  MemoryCounters& m = memory_counters();
-  count(m.frees);
-  m.bytes_in_use.fetch_sub(bytes, std::memory_order_relaxed);
+  count(memory_counters().frees);
+  uncharge_memory(bytes);
 }
 
-CUresult allocated(CUresult r, CUdeviceptr* dptr, uint64_t bytes) noexcept {
-  if (r == CUDA_SUCCESS && dptr) on_alloc(&LiveAllocations::pointers, *dptr, bytes);
+// Charges `bytes`, runs the driver's allocation, and records or refunds by its result.
+template <typename Allocate>
+CUresult allocate(Table table, uint64_t bytes, Allocate&& call, uint64_t* key) noexcept {
+  if (!charge_memory(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = call();
+  if (r == CUDA_SUCCESS && key) {
+    on_alloc(table, *key, bytes);
+  } else {
+    uncharge_memory(bytes);
+  }
   return r;
+}
+
+CUresult allocate_pointer(CUdeviceptr* dptr, uint64_t bytes, auto&& call) noexcept {
+  static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t));
+  return allocate(&LiveAllocations::pointers, bytes, call, reinterpret_cast<uint64_t*>(dptr));
 }
 
 CUresult freed(CUresult r, CUdeviceptr dptr) noexcept {
@@ -79,13 +91,23 @@ void memory_tracker_reset_in_child() noexcept {
 }
 
 CUresult hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t size) noexcept {
-  return allocated(g_real.cuMemAlloc_v2(dptr, size), dptr, size);
+  return allocate_pointer(dptr, size, [&] { return g_real.cuMemAlloc_v2(dptr, size); });
 }
 
+// The pitch is the driver's choice: width x height is charged against the quota first, the
+// row padding afterwards whatever the quota (it is small).
 CUresult hook_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                  unsigned int elem) noexcept {
-  CUresult r = g_real.cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
-  return allocated(r, dptr, pitch ? static_cast<uint64_t>(*pitch) * height : width * height);
+  uint64_t asked = static_cast<uint64_t>(width) * height;
+  CUresult r = allocate_pointer(dptr, asked, [&] { return g_real.cuMemAllocPitch_v2(dptr, pitch, width, height, elem); });
+  if (r == CUDA_SUCCESS && dptr && pitch && *pitch > width) {
+    uint64_t padding = static_cast<uint64_t>(*pitch - width) * height;
+    charge_memory_unchecked(padding);
+    std::lock_guard<std::mutex> lock(live().mutex);
+    auto it = live().pointers.find(*dptr);
+    if (it != live().pointers.end()) it->second += padding;
+  }
+  return r;
 }
 
 CUresult hook_cuMemFree_v2(CUdeviceptr dptr) noexcept {
@@ -93,21 +115,21 @@ CUresult hook_cuMemFree_v2(CUdeviceptr dptr) noexcept {
 }
 
 CUresult hook_cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream s) noexcept {
-  return allocated(g_real.cuMemAllocAsync(dptr, size, s), dptr, size);
+  return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocAsync(dptr, size, s); });
 }
 
 CUresult hook_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream s) noexcept {
-  return allocated(g_real.cuMemAllocAsync_ptsz(dptr, size, s), dptr, size);
+  return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocAsync_ptsz(dptr, size, s); });
 }
 
 CUresult hook_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                       CUstream s) noexcept {
-  return allocated(g_real.cuMemAllocFromPoolAsync(dptr, size, pool, s), dptr, size);
+  return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocFromPoolAsync(dptr, size, pool, s); });
 }
 
 CUresult hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                            CUstream s) noexcept {
-  return allocated(g_real.cuMemAllocFromPoolAsync_ptsz(dptr, size, pool, s), dptr, size);
+  return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocFromPoolAsync_ptsz(dptr, size, pool, s); });
 }
 
 CUresult hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream s) noexcept {
@@ -119,21 +141,42 @@ CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) noexcept {
 }
 
 CUresult hook_cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int flags) noexcept {
-  return allocated(g_real.cuMemAllocManaged(dptr, size, flags), dptr, size);
+  return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocManaged(dptr, size, flags); });
 }
 
 // VMM is counted by physical handle, never at reserve or map. NCCL calls cuMemCreate from
 // threads without a current context and with host locations: nothing here needs a context.
 CUresult hook_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                           const CUmemAllocationProp* prop, unsigned long long flags) noexcept {
-  CUresult r = g_real.cuMemCreate(handle, size, prop, flags);
-  if (r == CUDA_SUCCESS && handle) on_alloc(&LiveAllocations::handles, *handle, size);
-  return r;
+  static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(uint64_t));
+  return allocate(&LiveAllocations::handles, size, [&] { return g_real.cuMemCreate(handle, size, prop, flags); },
+                  reinterpret_cast<uint64_t*>(handle));
 }
 
 CUresult hook_cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
   CUresult r = g_real.cuMemRelease(handle);
   if (r == CUDA_SUCCESS) on_free(&LiveAllocations::handles, handle);
+  return r;
+}
+
+// What frameworks take for the size of the GPU: the quota when there is one. `free` is what
+// is left of the quota (never below 0, even when the daemon lowered the quota below the use),
+// and never more than the driver says is free.
+CUresult hook_cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) noexcept {
+  CUresult r = g_real.cuMemGetInfo_v2(free_bytes, total_bytes);
+  uint64_t quota = memory_quota();
+  if (r != CUDA_SUCCESS || !quota || !free_bytes || !total_bytes) return r;
+  uint64_t used = memory_counters().bytes_in_use.load(std::memory_order_relaxed);
+  if (quota < *total_bytes) *total_bytes = quota;
+  uint64_t left = *total_bytes > used ? *total_bytes - used : 0;
+  if (left < *free_bytes) *free_bytes = left;
+  return r;
+}
+
+CUresult hook_cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) noexcept {
+  CUresult r = g_real.cuDeviceTotalMem_v2(bytes, dev);
+  uint64_t quota = memory_quota();
+  if (r == CUDA_SUCCESS && bytes && quota && quota < *bytes) *bytes = quota;
   return r;
 }
 

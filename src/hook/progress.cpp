@@ -10,6 +10,7 @@
 #include "capture_state.h"
 #include "counters.h"
 #include "log.h"
+#include "memory_quota.h"
 #include "real_driver.h"
 #include "settings.h"
 
@@ -126,8 +127,11 @@ void* progress_main(void*) {
     }
     if (tandem_slot* slot = current_slot()) {
       __atomic_store_n(&slot->heartbeat_ns, now, __ATOMIC_RELEASE);
-      __atomic_store_n(&slot->peak_bytes, memory_counters().peak_bytes.load(std::memory_order_relaxed),
-                       __ATOMIC_RELAXED);
+      const MemoryCounters& mem = memory_counters();
+      __atomic_store_n(&slot->peak_bytes, mem.peak_bytes.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
+      __atomic_store_n(&slot->bytes_in_use, mem.bytes_in_use.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
+      __atomic_store_n(&slot->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
+      __atomic_store_n(&slot->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
       if (g_notes.work_since_marker.load(std::memory_order_relaxed) &&
           !g_notes.last_was_nccl.load(std::memory_order_relaxed)) {
         CUstream s = g_notes.last_stream.load(std::memory_order_relaxed);

@@ -10,6 +10,7 @@
 
 #include "counters.h"
 #include "log.h"
+#include "memory_quota.h"
 #include "real_driver.h"
 
 #ifndef TANDEM_VERSION_STRING
@@ -56,7 +57,9 @@ std::string stats_json(const char* role) {
        {{"allocs", m.allocs.load()},
         {"frees", m.frees.load()},
         {"bytes_in_use", m.bytes_in_use.load()},
-        {"peak_bytes", m.peak_bytes.load()}}},
+        {"peak_bytes", m.peak_bytes.load()},
+        {"quota_bytes", memory_quota()},
+        {"quota_refusals", m.quota_refusals.load()}}},
       {"gate",
        {{"waits", gate_counters().waits.load()},
         {"wait_ns", gate_counters().wait_ns.load()},

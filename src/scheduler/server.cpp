@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "log.h"
+#include "settings.h"
 
 #ifndef TANDEM_VERSION_STRING
 #define TANDEM_VERSION_STRING "0.0.0"
@@ -176,6 +177,7 @@ bool Server::handle(Client& client) {
       case MessageType::hello: return handle_hello(client, payload);
       case MessageType::status_request: return send_message(client.fd, MessageType::status_reply, status_json());
       case MessageType::trace_request: return handle_trace(client, payload);
+      case MessageType::quota_request: return handle_quota(client, payload);
       default:
         return send_error(client.fd, EBADMSG, "unknown message type " + std::to_string(header.type));
     }
@@ -224,6 +226,37 @@ bool Server::handle_trace(Client& client, const std::string& payload) {
   return send_message(client.fd, MessageType::trace_reply, nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}.dump());
 }
 
+// Sets (or clears) a registered process's memory quota. Its library reads the slot at each
+// allocation, so the quota holds from the next one; memory already held is not taken back.
+// Only root or the process's own user may change it.
+bool Server::handle_quota(Client& client, const std::string& payload) {
+  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer() ||
+      !j.contains("size") || !j["size"].is_string())
+    return send_error(client.fd, EINVAL, "a quota request needs {\"pid\": int, \"size\": str}");
+  long pid = j["pid"].get<long>();
+  std::string text = j["size"].get<std::string>();
+  MemorySize size;
+  if (!parse_memory_size(text.c_str(), size))
+    return send_error(client.fd, EINVAL, "size '" + text + "': give bytes with a K/M/G/T suffix, or N% of the GPU");
+  for (const auto& [fd, c] : registry_.clients()) {
+    if (c.pid != pid || c.slot < 0) continue;
+    if (client.uid != 0 && client.uid != c.uid)
+      return send_error(client.fd, EPERM, "only root or uid " + std::to_string(c.uid) + " may set the quota of pid " +
+                                              std::to_string(pid));
+    GpuScheduler* g = gpu(c.gpu);
+    tandem_shm_header* shm = g->segment().shm();
+    uint64_t bytes = memory_size_bytes(size, shm->gpu_total_bytes);
+    if (size.is_percent && !shm->gpu_total_bytes)
+      return send_error(client.fd, EAGAIN, "the size of GPU " + c.gpu + " is not known yet; give bytes");
+    __atomic_store_n(&shm->slots[c.slot].assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
+    TANDEM_LOG_INFO("memory quota of pid {} set to {} bytes by pid {}", pid, bytes, client.pid);
+    return send_message(client.fd, MessageType::quota_reply,
+                        nlohmann::json{{"pid", pid}, {"bytes", bytes}, {"gpu", c.gpu}}.dump());
+  }
+  return send_error(client.fd, ESRCH, "pid " + std::to_string(pid) + " is not a registered client with a GPU");
+}
+
 GpuScheduler* Server::gpu(const std::string& uuid) {
   auto it = gpus_.find(uuid);
   if (it != gpus_.end()) return it->second.get();
@@ -260,7 +293,10 @@ std::string Server::status_json() const {
                        {"gate_wait_ms", static_cast<double>(s.gate_wait_ns) / 1e6},
                        {"requests", s.requests}, {"request_ms", static_cast<double>(s.request_ns) / 1e6},
                        {"admission_waits", s.admission_waits}, {"peak_mib", static_cast<double>(s.peak_bytes) / 1048576.0},
-                       {"admission_wait_ms", static_cast<double>(s.admission_wait_ns) / 1e6}});
+                       {"admission_wait_ms", static_cast<double>(s.admission_wait_ns) / 1e6},
+                       {"bytes_in_use", s.bytes_in_use}, {"peak_bytes", s.peak_bytes},
+                       {"quota_bytes", s.quota_bytes}, {"assigned_quota_bytes", s.assigned_quota_bytes},
+                       {"quota_refusals", s.quota_refusals}});
     }
     gpus.push_back({{"uuid", uuid},
                     {"phase", g->gpu_phase() == GpuPhase::bubble ? "bubble" : "busy"},

@@ -42,6 +42,7 @@ class Server {
   bool handle(Client& client);
   bool handle_hello(Client& client, const std::string& payload);
   bool handle_trace(Client& client, const std::string& payload);
+  bool handle_quota(Client& client, const std::string& payload);
   GpuScheduler* gpu(const std::string& uuid);
   void tick_all(uint64_t now_ns);
   void disconnect(int fd);

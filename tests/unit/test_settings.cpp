@@ -67,3 +67,37 @@ TEST_CASE("every row of the table is well formed") {
     CHECK(setting_value_valid(table[i], table[i].default_value));
   }
 }
+
+TEST_CASE("memory sizes: suffixes, percentages, and what is refused") {
+  MemorySize s;
+  CHECK(parse_memory_size("", s));
+  CHECK(s.empty);
+  CHECK(memory_size_bytes(s, 1000) == 0);
+  CHECK(parse_memory_size("4096", s));
+  CHECK(s.bytes == 4096);
+  for (const char* text : {"64M", "64m", "64MiB", "64MB", "65536K", "0.0625G"}) {
+    INFO(text);
+    CHECK(parse_memory_size(text, s));
+    CHECK(memory_size_bytes(s, 0) == 64ull << 20);
+  }
+  CHECK(parse_memory_size("2T", s));
+  CHECK(s.bytes == 2ull << 40);
+  CHECK(parse_memory_size("50%", s));
+  CHECK(s.is_percent);
+  CHECK(memory_size_bytes(s, 80ull << 30) == 40ull << 30);
+  CHECK(parse_memory_size("100%", s));
+  for (const char* bad : {"12Q", "-1G", "0", "0%", "101%", "50%x", "G", "1.5GX", "abc", "0.1"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_memory_size(bad, s));
+  }
+}
+
+TEST_CASE("an invalid TANDEM_MEM_LIMIT warns once and means no quota") {
+  load({"TANDEM_MEM_LIMIT=lots"});
+  CHECK(std::string(setting_text(SettingId::TANDEM_MEM_LIMIT)).empty());
+  REQUIRE(g_warnings.size() == 1);
+  CHECK(g_warnings[0].find("TANDEM_MEM_LIMIT") != std::string::npos);
+  load({"TANDEM_MEM_LIMIT=25%"});
+  CHECK(std::string(setting_text(SettingId::TANDEM_MEM_LIMIT)) == "25%");
+  CHECK(g_warnings.empty());
+}

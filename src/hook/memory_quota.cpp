@@ -1,0 +1,81 @@
+#include "memory_quota.h"
+
+#include <atomic>
+
+#include "counters.h"
+#include "daemon_link.h"
+#include "log.h"
+#include "real_driver.h"
+#include "settings.h"
+
+namespace tandem::hook {
+
+namespace {
+
+constexpr uint64_t kNotResolved = ~0ull;
+std::atomic<uint64_t> g_env_quota{kNotResolved};
+std::atomic<bool> g_warned{false};
+
+// TANDEM_MEM_LIMIT in bytes, resolved once (a percentage needs the device's size).
+uint64_t env_quota() noexcept {
+  uint64_t q = g_env_quota.load(std::memory_order_acquire);
+  if (q != kNotResolved) return q;
+  MemorySize size;
+  parse_memory_size(setting_text(SettingId::TANDEM_MEM_LIMIT), size);  // validated at load
+  size_t total = 0;
+  if (size.is_percent) {
+    CUdevice dev = 0;
+    if (g_real.cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;  // e.g. NCCL's context-less threads
+    if (g_real.cuDeviceTotalMem_v2(&total, dev) != CUDA_SUCCESS) return 0;  // not yet: no quota for now
+  }
+  q = memory_size_bytes(size, total);
+  g_env_quota.store(q, std::memory_order_release);
+  return q;
+}
+
+void raise_peak(MemoryCounters& m, uint64_t now) noexcept {
+  uint64_t peak = m.peak_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !m.peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+uint64_t memory_quota() noexcept {
+  if (tandem_slot* slot = current_slot()) {
+    uint64_t assigned = __atomic_load_n(&slot->assigned_quota_bytes, __ATOMIC_ACQUIRE);
+    if (assigned) return assigned;
+  }
+  return env_quota();
+}
+
+bool charge_memory(uint64_t bytes) noexcept {
+  MemoryCounters& m = memory_counters();
+  uint64_t quota = memory_quota();
+  uint64_t used = m.bytes_in_use.load(std::memory_order_relaxed);
+  do {
+    if (quota && (bytes > quota || used > quota - bytes)) {
+      count(m.quota_refusals);
+      if (!g_warned.exchange(true))
+        TANDEM_LOG_WARN("allocation of {} bytes refused: {} of the quota of {} bytes in use ({}); "
+                        "further refusals are counted in the stats file (memory.quota_refusals)",
+                        bytes, used, quota,
+                        current_slot() && current_slot()->assigned_quota_bytes ? "set through tandemd"
+                                                                                : "TANDEM_MEM_LIMIT");
+      return false;
+    }
+  } while (!m.bytes_in_use.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  raise_peak(m, used + bytes);
+  return true;
+}
+
+void charge_memory_unchecked(uint64_t bytes) noexcept {
+  MemoryCounters& m = memory_counters();
+  raise_peak(m, m.bytes_in_use.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+}
+
+void uncharge_memory(uint64_t bytes) noexcept {
+  memory_counters().bytes_in_use.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+}  // namespace tandem::hook

@@ -1,0 +1,21 @@
+// The process's device-memory quota (issue: shared memory pool, DESIGN §6). The quota is the
+// daemon's (slot.assigned_quota_bytes) when it set one, else TANDEM_MEM_LIMIT, else none.
+// Allocations are charged before they reach the driver, so concurrent allocations can never
+// together exceed it; what frameworks ask the size of the GPU (cuMemGetInfo, cuDeviceTotalMem)
+// is answered with the quota.
+#pragma once
+#include <cstdint>
+
+namespace tandem::hook {
+
+// The quota in force, in bytes (0: none). A percentage is taken of the current device's size.
+uint64_t memory_quota() noexcept;
+
+// Adds `bytes` to the process's use if it stays within the quota; else counts a refusal,
+// warns (once) naming the quota, and returns false: the caller answers CUDA_ERROR_OUT_OF_MEMORY.
+bool charge_memory(uint64_t bytes) noexcept;
+// Adds `bytes` whatever the quota (a size known only after the driver answered, e.g. pitch).
+void charge_memory_unchecked(uint64_t bytes) noexcept;
+void uncharge_memory(uint64_t bytes) noexcept;
+
+}  // namespace tandem::hook
