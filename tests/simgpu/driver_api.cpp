@@ -174,7 +174,7 @@ void check_launch() {
   CK(cuCtxSynchronize());
   double t = seconds_since(t0);
   std::printf("3 ms spin through extra: %.3f ms\n", t * 1e3);
-  CHECK(t > 0.0029 && t < 0.006);
+  CHECK(t > 0.0029 && t < 0.030);  // lower bound: the spin ran; upper: sane even on a loaded machine
   // cuLaunchKernelEx, cooperative through an attribute, and cuLaunchCooperativeKernel.
   CUlaunchAttribute attr{};
   attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
@@ -238,7 +238,7 @@ void check_streams() {
   float ms = 0;
   CK(cuEventElapsedTime(&ms, a, b));
   std::printf("5 ms spin timed by events: %.3f ms\n", ms);
-  CHECK(ms > 4.9f && ms < 6.5f);
+  CHECK(ms > 4.9f && ms < 30.0f);  // load can only lengthen it
   CHECK(cuEventElapsedTime(&ms, a, untimed) == CUDA_ERROR_INVALID_HANDLE);
   // A stream waits for an event of another.
   launch_spin(5000000, nonblocking);
@@ -248,15 +248,16 @@ void check_streams() {
   CK(cuEventSynchronize(a));
   CK(cuEventQuery(b));
   // The legacy stream waits for blocking streams, a non-blocking stream does not wait for it.
-  launch_spin(20000000, blocking);
+  // 50 ms, so that 40 ms of scheduling noise still tells waiting from not waiting.
+  launch_spin(50000000, blocking);
   auto t0 = std::chrono::steady_clock::now();
   CK(cuMemsetD8Async(0, 0, 0, nonblocking));  // empty: returns at once
   launch_spin(1000, nonblocking);
   CK(cuStreamSynchronize(nonblocking));
-  CHECK(seconds_since(t0) < 0.015);
-  launch_spin(1000, nullptr);  // queued behind the blocking stream's 20 ms
+  CHECK(seconds_since(t0) < 0.040);
+  launch_spin(1000, nullptr);  // queued behind the blocking stream's 50 ms
   CK(cuStreamSynchronize(nullptr));
-  CHECK(seconds_since(t0) > 0.018);
+  CHECK(seconds_since(t0) > 0.048);
   CK(cuEventDestroy(a));
   CK(cuEventDestroy(b));
   CK(cuEventDestroy(untimed));
@@ -359,7 +360,7 @@ void check_graph() {
   CK(cuGraphLaunch(exec, s));
   CK(cuStreamSynchronize(s));
   double t = seconds_since(t0);
-  CHECK(t > 0.0039 && t < 0.008);  // two 2 ms kernels
+  CHECK(t > 0.0039 && t < 0.040);  // two 2 ms kernels, in order (an upper bound only for sanity)
   CK(cuGraphExecDestroy(exec));
   // Capture records launches, copies and memsets; the graph replays them.
   CUdeviceptr d;
