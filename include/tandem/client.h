@@ -15,6 +15,21 @@ const char* tandem_version(void);
  * -1 when no file is configured, tandem is disabled, or the write failed. */
 int tandem_write_stats(void);
 
+/* Memory pressure: called when this process holds more device memory than its quota (tandemd
+ * lowered it, `tandemctl mem --set`), with the quota and the bytes in use. Release what you can
+ * (a caching allocator's unused blocks: torch.cuda.empty_cache()); further allocations fail
+ * with CUDA_ERROR_OUT_OF_MEMORY until the use is under the quota. Called on tandem's progress
+ * thread, at most every 100 ms while the process stays over quota; it must return promptly.
+ * One callback per process: a new registration replaces the old one, NULL removes it.
+ * Returns 0, or -1 when tandem is disabled. */
+typedef void (*tandem_memory_pressure_fn)(unsigned long long quota_bytes, unsigned long long in_use_bytes,
+                                          void* user);
+int tandem_on_memory_pressure(tandem_memory_pressure_fn fn, void* user);
+
+/* Tells tandem that the process released `bytes` of cached memory at its request (counted in
+ * the stats file as memory.reported_release_bytes, and logged at info level). */
+void tandem_report_release(unsigned long long bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,9 @@
 // The public client API (include/tandem/client.h).
 #include "tandem/client.h"
 
+#include "counters.h"
+#include "log.h"
+#include "memory_quota.h"
 #include "process.h"
 
 #ifndef TANDEM_VERSION_STRING
@@ -15,4 +18,18 @@ extern "C" TANDEM_EXPORT int tandem_write_stats(void) {
   using namespace tandem;
   if (!hook::ensure_ready()) return -1;
   return hook::write_stats_now() ? 0 : -1;
+}
+
+extern "C" TANDEM_EXPORT int tandem_on_memory_pressure(tandem_memory_pressure_fn fn, void* user) {
+  using namespace tandem;
+  if (!hook::ensure_ready()) return -1;
+  hook::set_memory_pressure_callback(fn, user);
+  return 0;
+}
+
+extern "C" TANDEM_EXPORT void tandem_report_release(unsigned long long bytes) {
+  using namespace tandem;
+  if (!hook::ensure_ready()) return;
+  hook::count(hook::memory_counters().reported_release_bytes, bytes);
+  TANDEM_LOG_INFO("the application released {} bytes of cached memory", bytes);
 }

@@ -16,7 +16,8 @@ void reset_counters() noexcept {
   for (auto& c : g_launch.by_entry) c.store(0);
   for (auto* c : {&g_launch.graph_launches, &g_launch.graph_kernels,
                   &g_launch.nccl, &g_launch.capture_skipped, &g_memory.allocs, &g_memory.frees,
-                  &g_memory.bytes_in_use, &g_memory.peak_bytes, &g_memory.quota_refusals, &g_gate.waits, &g_gate.wait_ns,
+                  &g_memory.bytes_in_use, &g_memory.peak_bytes, &g_memory.quota_refusals,
+                  &g_memory.pressure_calls, &g_memory.reported_release_bytes, &g_gate.waits, &g_gate.wait_ns,
                   &g_gate.fail_open, &g_gate.daemon_links})
     c->store(0);
 }

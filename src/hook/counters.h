@@ -23,6 +23,8 @@ struct MemoryCounters {
   std::atomic<uint64_t> bytes_in_use;
   std::atomic<uint64_t> peak_bytes;
   std::atomic<uint64_t> quota_refusals;  // allocations refused for exceeding the quota
+  std::atomic<uint64_t> pressure_calls;  // memory-pressure callbacks made (over quota)
+  std::atomic<uint64_t> reported_release_bytes;  // what the application said it released
 };
 
 struct GateCounters {

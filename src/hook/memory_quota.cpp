@@ -1,6 +1,7 @@
 #include "memory_quota.h"
 
 #include <atomic>
+#include <mutex>
 
 #include "counters.h"
 #include "daemon_link.h"
@@ -39,6 +40,12 @@ void raise_peak(MemoryCounters& m, uint64_t now) noexcept {
   }
 }
 
+std::mutex g_pressure_mutex;  // the callback and its argument change together
+MemoryPressureFn g_pressure_fn = nullptr;
+void* g_pressure_user = nullptr;
+uint64_t g_last_pressure_ns = 0;                   // progress thread only
+constexpr uint64_t kPressureInterval = 100000000;  // 100 ms: time to release, no spamming
+
 }  // namespace
 
 uint64_t memory_quota() noexcept {
@@ -76,6 +83,27 @@ void charge_memory_unchecked(uint64_t bytes) noexcept {
 
 void uncharge_memory(uint64_t bytes) noexcept {
   memory_counters().bytes_in_use.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept {
+  std::lock_guard<std::mutex> lock(g_pressure_mutex);
+  g_pressure_fn = fn;
+  g_pressure_user = user;
+}
+
+void memory_pressure_tick(uint64_t now_ns) noexcept {
+  uint64_t quota = memory_quota();
+  MemoryCounters& m = memory_counters();
+  uint64_t used = m.bytes_in_use.load(std::memory_order_relaxed);
+  if (!quota || used <= quota || now_ns < g_last_pressure_ns + kPressureInterval) return;
+  g_last_pressure_ns = now_ns;
+  // Held while the callback runs, so that a callback being replaced is never called after
+  // set_memory_pressure_callback returned; the callback must not register another.
+  std::lock_guard<std::mutex> lock(g_pressure_mutex);
+  if (!g_pressure_fn) return;
+  count(m.pressure_calls);
+  TANDEM_LOG_INFO("over the memory quota ({} of {} bytes): asking the application to release memory", used, quota);
+  g_pressure_fn(quota, used, g_pressure_user);
 }
 
 }  // namespace tandem::hook

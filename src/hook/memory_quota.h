@@ -18,4 +18,11 @@ bool charge_memory(uint64_t bytes) noexcept;
 void charge_memory_unchecked(uint64_t bytes) noexcept;
 void uncharge_memory(uint64_t bytes) noexcept;
 
+// The application's memory-pressure callback (include/tandem/client.h).
+using MemoryPressureFn = void (*)(unsigned long long quota_bytes, unsigned long long in_use_bytes, void* user);
+void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept;
+// From the progress thread, every tick: calls the callback when the process is over its
+// quota, at most every 100 ms.
+void memory_pressure_tick(uint64_t now_ns) noexcept;
+
 }  // namespace tandem::hook

@@ -132,6 +132,7 @@ void* progress_main(void*) {
       __atomic_store_n(&slot->bytes_in_use, mem.bytes_in_use.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&slot->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&slot->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
+      memory_pressure_tick(now);
       if (g_notes.work_since_marker.load(std::memory_order_relaxed) &&
           !g_notes.last_was_nccl.load(std::memory_order_relaxed)) {
         CUstream s = g_notes.last_stream.load(std::memory_order_relaxed);

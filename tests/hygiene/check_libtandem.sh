@@ -19,9 +19,9 @@ fi
 
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort)
 hooked=$(sed -n 's/^HOOK(\([A-Za-z0-9_]*\),.*/\1/p' "$def" | sort)
-api="dlsym
-tandem_version
-tandem_write_stats"
+# The client API: every function declared in include/tandem/client.h.
+header="$(dirname "$0")/../../include/tandem/client.h"
+api=$(printf 'dlsym\n%s\n' "$(sed -n 's/^[a-z].*[ *]\(tandem_[a-z_]*\)(.*/\1/p' "$header")")
 expected=$(printf '%s\n%s\n' "$hooked" "$api" | sort)
 if [ "$exported" != "$expected" ]; then
   echo "FAIL: exported symbols differ from driver_api.def + client API:"

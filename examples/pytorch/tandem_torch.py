@@ -1,0 +1,67 @@
+"""PyTorch side of tandem's memory quotas: release the caching allocator's unused blocks when
+tandem says the process is over its quota (include/tandem/client.h, docs/memory.md).
+
+    import tandem_torch
+    tandem_torch.install()          # once, after `import torch`
+
+Under LD_PRELOAD=libtandem.so this registers a memory-pressure callback; tandem calls it on its
+progress thread when `tandemctl mem --set` lowered this process's quota under what it holds.
+The callback empties PyTorch's cache (torch.cuda.empty_cache(), thread-safe: the allocator has
+its own lock) and reports how much it gave back. Without tandem, install() returns False and
+does nothing. Allocations that do not fit the quota fail with out-of-memory, which makes the
+caching allocator free its cache and retry by itself: the callback only makes that happen
+before the next allocation needs it.
+"""
+import ctypes
+
+_PRESSURE_FN = ctypes.CFUNCTYPE(None, ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_void_p)
+_installed = None  # keeps the ctypes callback alive as long as tandem may call it
+
+
+def _tandem():
+    """libtandem's exports when it is loaded in this process (LD_PRELOAD), else None."""
+    lib = ctypes.CDLL(None)
+    try:
+        register = lib.tandem_on_memory_pressure
+        report = lib.tandem_report_release
+    except AttributeError:
+        return None
+    register.argtypes = [_PRESSURE_FN, ctypes.c_void_p]
+    register.restype = ctypes.c_int
+    report.argtypes = [ctypes.c_ulonglong]
+    report.restype = None
+    return register, report
+
+
+def _torch_release():
+    import torch
+    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    return max(0, before - torch.cuda.memory_reserved())
+
+
+def install(release=None):
+    """Registers `release` (default: empty PyTorch's CUDA cache) as this process's
+    memory-pressure callback. `release()` returns the bytes it freed. True when tandem is
+    loaded and the callback is registered."""
+    global _installed
+    found = _tandem()
+    if not found:
+        return False
+    register, report = found
+    release = release or _torch_release
+
+    def on_pressure(quota_bytes, in_use_bytes, _user):
+        try:
+            freed = int(release())
+        except Exception as e:  # never let an exception cross into tandem's thread
+            print(f"tandem_torch: release failed: {e}")
+            return
+        if freed:
+            report(freed)
+
+    callback = _PRESSURE_FN(on_pressure)
+    if register(callback, None) != 0:
+        return False
+    _installed = callback
+    return True
