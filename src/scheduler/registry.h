@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "client_io.h"
+
 namespace tandem::scheduler {
 
 struct Client {
@@ -17,6 +19,8 @@ struct Client {
   std::string gpu;          // GPU UUID (hex) it runs on, when it has a role
   int slot = -1;            // its slot in that GPU's shared memory
   uint64_t connected_ns = 0;
+  FrameReader in;  // bytes received, cut into messages
+  ReplyQueue out;  // replies not yet written
 };
 
 class Registry {

@@ -31,7 +31,9 @@ uint64_t monotonic_ns() {
 
 namespace {
 
-constexpr int kClientTimeoutMs = 50;  // a client that starts a message must finish it: the loop also ticks the GPUs
+// A client that starts a message must finish it within this long; waiting costs the loop
+// nothing (reads never block), so it can be generous.
+constexpr uint64_t kMessageTimeoutNs = 2000000000ull;
 
 bool make_address(const std::string& path, sockaddr_un& addr) {
   std::memset(&addr, 0, sizeof addr);
@@ -111,8 +113,10 @@ void Server::run() {
   uint64_t next_tick = monotonic_ns() + period;
   while (!stopping_.load()) {
     std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-    for (const auto& [fd, client] : registry_.clients()) fds.push_back({fd, POLLIN, 0});
+    for (const auto& [fd, client] : registry_.clients())
+      fds.push_back({fd, static_cast<short>(POLLIN | (client.out.empty() ? 0 : POLLOUT)), 0});
     uint64_t now = monotonic_ns();
+    drop_stalled_clients(now);
     if (now >= next_tick) {
       tick_all(now);
       next_tick += period;
@@ -131,13 +135,18 @@ void Server::run() {
     for (size_t i = 2; i < fds.size(); ++i) {
       if (!fds[i].revents) continue;
       Client* c = registry_.find(fds[i].fd);
-      if (c && !handle(*c)) disconnect(fds[i].fd);
+      if (!c) continue;
+      bool keep = true;
+      if (fds[i].revents & POLLOUT) keep = c->out.flush(c->fd);
+      if (keep && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) keep = receive(*c);
+      if (!keep) disconnect(fds[i].fd);
     }
   }
 }
 
 void Server::accept_client() {
-  int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  // Non-blocking: no write to a client that does not read may ever stall the loop.
+  int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
   ucred cred{};
   socklen_t len = sizeof cred;
@@ -149,8 +158,36 @@ void Server::accept_client() {
   TANDEM_LOG_DEBUG("client connected: pid {} uid {}", cred.pid, cred.uid);
 }
 
+void Server::drop_stalled_clients(uint64_t now_ns) {
+  std::vector<int> stalled;
+  for (const auto& [fd, c] : registry_.clients()) {
+    uint64_t since = c.in.partial_since_ns();
+    if (since && now_ns > since + kMessageTimeoutNs) stalled.push_back(fd);
+  }
+  for (int fd : stalled) {
+    Client* c = registry_.find(fd);
+    TANDEM_LOG_WARN("client pid {}: message left incomplete for {} ms; disconnecting", c->pid,
+                    kMessageTimeoutNs / 1000000);
+    reply_error(*c, EPROTO, "message incomplete for too long");
+    disconnect(fd);
+  }
+}
+
+bool Server::reply(Client& client, MessageType type, const std::string& payload) {
+  if (!client.out.push(type, payload)) {
+    TANDEM_LOG_WARN("client pid {} does not read its replies; disconnecting", client.pid);
+    return false;
+  }
+  return client.out.flush(client.fd);
+}
+
+bool Server::reply_error(Client& client, int error_number, const std::string& message) {
+  return reply(client, MessageType::error, nlohmann::json{{"errno", error_number}, {"message", message}}.dump());
+}
+
 void Server::disconnect(int fd) {
   if (Client* c = registry_.find(fd)) {
+    c->out.flush(fd);  // a last error reply, if the socket takes it now
     TANDEM_LOG_DEBUG("client pid {} gone", c->pid);
     // Its slot and unspent tokens are reclaimed at once: the others continue.
     if (c->slot >= 0)
@@ -160,61 +197,84 @@ void Server::disconnect(int fd) {
   close(fd);
 }
 
-bool Server::handle(Client& client) {
+bool Server::receive(Client& client) {
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = recv(client.fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n == 0) return false;  // closed
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return false;
+    }
+    client.in.append(buffer, static_cast<size_t>(n), monotonic_ns());
+    if (static_cast<size_t>(n) < sizeof buffer) break;
+  }
   MessageHeader header{};
   std::string payload;
-  RecvStatus s = recv_message(client.fd, header, payload, kClientTimeoutMs);
-  if (s == RecvStatus::closed) return false;
-  if (s != RecvStatus::ok) {
-    TANDEM_LOG_WARN("client pid {}: {}; disconnecting", client.pid, recv_status_name(s));
-    send_error(client.fd, s == RecvStatus::too_large ? EMSGSIZE : EPROTO, recv_status_name(s));
-    return false;
+  for (;;) {
+    switch (client.in.next(header, payload)) {
+      case FrameReader::Next::need_more: return true;
+      case FrameReader::Next::too_large:
+        TANDEM_LOG_WARN("client pid {}: payload too large; disconnecting", client.pid);
+        reply_error(client, EMSGSIZE, recv_status_name(RecvStatus::too_large));
+        return false;
+      case FrameReader::Next::message:
+        if (!handle(client, header, payload)) return false;
+        break;
+    }
   }
+}
+
+bool Server::handle(Client& client, const MessageHeader& header, const std::string& payload) {
   // A handler that throws (a JSON field of the wrong type, a failed allocation) answers this
   // client with an error; it must never take the daemon, and everyone else, down.
   try {
     switch (static_cast<MessageType>(header.type)) {
       case MessageType::hello: return handle_hello(client, payload);
-      case MessageType::status_request: return send_message(client.fd, MessageType::status_reply, status_json());
+      case MessageType::status_request: return reply(client, MessageType::status_reply, status_json());
       case MessageType::trace_request: return handle_trace(client, payload);
       case MessageType::quota_request: return handle_quota(client, payload);
       default:
-        return send_error(client.fd, EBADMSG, "unknown message type " + std::to_string(header.type));
+        return reply_error(client, EBADMSG, "unknown message type " + std::to_string(header.type));
     }
   } catch (const std::exception& e) {
     TANDEM_LOG_WARN("client pid {}: message type {}: {}", client.pid, header.type, e.what());
-    return send_error(client.fd, EINVAL, e.what());
+    return reply_error(client, EINVAL, e.what());
   }
 }
 
 bool Server::handle_hello(Client& client, const std::string& payload) {
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer())
-    return send_error(client.fd, EINVAL, "hello needs a JSON object with an integer pid");
+    return reply_error(client, EINVAL, "hello needs a JSON object with an integer pid");
   if (j["pid"].get<long>() != client.pid)
-    return send_error(client.fd, EPERM, "a client may act only for its own pid (" + std::to_string(client.pid) + ")");
+    return reply_error(client, EPERM, "a client may act only for its own pid (" + std::to_string(client.pid) + ")");
   std::string role = j.value("role", std::string("none"));
   if (role != "none" && role != "training" && role != "inference" && role != "batch-inference")
-    return send_error(client.fd, EINVAL, "unknown role '" + role + "'");
+    return reply_error(client, EINVAL, "unknown role '" + role + "'");
   std::string uuid = j.value("gpu", std::string());
-  if (client.registered) return send_error(client.fd, EALREADY, "already registered");
+  if (client.registered) return reply_error(client, EALREADY, "already registered");
+  if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
   client.role = role;
   client.registered = true;
   if (role == "none" || uuid.empty())
-    return send_message(client.fd, MessageType::hello_ok, nlohmann::json{{"slot", -1}}.dump());
+    return reply(client, MessageType::hello_ok, nlohmann::json{{"slot", -1}}.dump());
   if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
-    return send_error(client.fd, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
+    return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
   GpuScheduler* g = gpu(uuid);
   uint32_t code = role == "training" ? TANDEM_ROLE_TRAINING
                   : role == "inference" ? TANDEM_ROLE_INFERENCE : TANDEM_ROLE_BATCH_INFERENCE;
   int slot = g && g->segment().ok() ? g->segment().claim(client.pid, code) : -1;
-  if (slot < 0) return send_error(client.fd, ENOSPC, "no free client slot on GPU " + uuid);
+  if (slot < 0) return reply_error(client, ENOSPC, "no free client slot on GPU " + uuid);
   client.gpu = uuid;
   client.slot = slot;
   uint64_t total = j.value("gpu_total_bytes", uint64_t{0});
   if (total && !g->segment().shm()->gpu_total_bytes) g->segment().shm()->gpu_total_bytes = total;
   TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
   nlohmann::json ok = {{"slot", slot}, {"sample_us", options_.scheduler.period_ns / 1000}};
+  // The descriptor needs its own sendmsg: sent directly, after every queued reply (checked
+  // above), on the non-blocking socket; a client whose socket cannot take it is dropped.
   return send_message_with_fd(client.fd, MessageType::hello_ok, ok.dump(), g->segment().fd());
 }
 
@@ -223,7 +283,7 @@ bool Server::handle_trace(Client& client, const std::string& payload) {
   uint64_t since = j.is_object() ? j.value("since_ns", uint64_t{0}) : 0;
   nlohmann::json gpus = nlohmann::json::object();
   for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(since, uuid.substr(0, 8)));
-  return send_message(client.fd, MessageType::trace_reply, nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}.dump());
+  return reply(client, MessageType::trace_reply, nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}.dump());
 }
 
 // Sets (or clears) a registered process's memory quota. Its library reads the slot at each
@@ -233,28 +293,28 @@ bool Server::handle_quota(Client& client, const std::string& payload) {
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer() ||
       !j.contains("size") || !j["size"].is_string())
-    return send_error(client.fd, EINVAL, "a quota request needs {\"pid\": int, \"size\": str}");
+    return reply_error(client, EINVAL, "a quota request needs {\"pid\": int, \"size\": str}");
   long pid = j["pid"].get<long>();
   std::string text = j["size"].get<std::string>();
   MemorySize size;
   if (!parse_memory_size(text.c_str(), size))
-    return send_error(client.fd, EINVAL, "size '" + text + "': give bytes with a K/M/G/T suffix, or N% of the GPU");
+    return reply_error(client, EINVAL, "size '" + text + "': give bytes with a K/M/G/T suffix, or N% of the GPU");
   for (const auto& [fd, c] : registry_.clients()) {
     if (c.pid != pid || c.slot < 0) continue;
     if (client.uid != 0 && client.uid != c.uid)
-      return send_error(client.fd, EPERM, "only root or uid " + std::to_string(c.uid) + " may set the quota of pid " +
+      return reply_error(client, EPERM, "only root or uid " + std::to_string(c.uid) + " may set the quota of pid " +
                                               std::to_string(pid));
     GpuScheduler* g = gpu(c.gpu);
     tandem_shm_header* shm = g->segment().shm();
     uint64_t bytes = memory_size_bytes(size, shm->gpu_total_bytes);
     if (size.is_percent && !shm->gpu_total_bytes)
-      return send_error(client.fd, EAGAIN, "the size of GPU " + c.gpu + " is not known yet; give bytes");
+      return reply_error(client, EAGAIN, "the size of GPU " + c.gpu + " is not known yet; give bytes");
     __atomic_store_n(&shm->slots[c.slot].assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
     TANDEM_LOG_INFO("memory quota of pid {} set to {} bytes by pid {}", pid, bytes, client.pid);
-    return send_message(client.fd, MessageType::quota_reply,
+    return reply(client, MessageType::quota_reply,
                         nlohmann::json{{"pid", pid}, {"bytes", bytes}, {"gpu", c.gpu}}.dump());
   }
-  return send_error(client.fd, ESRCH, "pid " + std::to_string(pid) + " is not a registered client with a GPU");
+  return reply_error(client, ESRCH, "pid " + std::to_string(pid) + " is not a registered client with a GPU");
 }
 
 GpuScheduler* Server::gpu(const std::string& uuid) {

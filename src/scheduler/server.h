@@ -38,8 +38,13 @@ class Server {
 
  private:
   void accept_client();
-  // False when the client must be disconnected.
-  bool handle(Client& client);
+  // Reads what the client sent and handles each whole message. False: disconnect it.
+  bool receive(Client& client);
+  bool handle(Client& client, const MessageHeader& header, const std::string& payload);
+  // Queue a reply and write what the socket takes now. False: disconnect the client.
+  bool reply(Client& client, MessageType type, const std::string& payload);
+  bool reply_error(Client& client, int error_number, const std::string& message);
+  void drop_stalled_clients(uint64_t now_ns);
   bool handle_hello(Client& client, const std::string& payload);
   bool handle_trace(Client& client, const std::string& payload);
   bool handle_quota(Client& client, const std::string& payload);

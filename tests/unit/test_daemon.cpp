@@ -116,3 +116,48 @@ TEST_CASE("daemon: a second server on a live socket is refused") {
   CHECK_FALSE(second.open(error));
   CHECK(error.find("already serving") != std::string::npos);
 }
+
+TEST_CASE("daemon: a slow client is waited for without stalling the others, then dropped") {
+  std::string path = "/tmp/tandem-unit3-" + std::to_string(getpid()) + ".sock";
+  RunningServer rs(path);
+  int a = connect_to(path), slow = connect_to(path);
+  // Three bytes of a status request's header, then nothing for a while.
+  MessageHeader request{static_cast<uint32_t>(MessageType::status_request), 2};
+  REQUIRE(write(slow, &request, 3) == 3);
+  for (int i = 0; i < 10; ++i) {
+    uint32_t type = 0;
+    ask(a, MessageType::status_request, "{}", &type);
+    CHECK(type == static_cast<uint32_t>(MessageType::status_reply));
+    usleep(30000);
+  }
+  // 300 ms later the slow client finishes its message and is answered.
+  REQUIRE(write(slow, reinterpret_cast<char*>(&request) + 3, sizeof request - 3) == sizeof request - 3);
+  REQUIRE(write(slow, "{}", 2) == 2);
+  MessageHeader h{};
+  std::string reply;
+  REQUIRE(recv_message(slow, h, reply, 2000) == RecvStatus::ok);
+  CHECK(h.type == static_cast<uint32_t>(MessageType::status_reply));
+  // A message left incomplete for more than 2 s gets an error and a closed socket.
+  REQUIRE(write(slow, &request, 5) == 5);
+  REQUIRE(recv_message(slow, h, reply, 4000) == RecvStatus::ok);
+  CHECK(h.type == static_cast<uint32_t>(MessageType::error));
+  CHECK(recv_message(slow, h, reply, 2000) == RecvStatus::closed);
+  close(slow);
+  close(a);
+}
+
+TEST_CASE("daemon: a client that never reads its replies does not block the daemon") {
+  std::string path = "/tmp/tandem-unit4-" + std::to_string(getpid()) + ".sock";
+  RunningServer rs(path);
+  int deaf = connect_to(path), a = connect_to(path);
+  // Thousands of status requests whose replies (about a kilobyte each) far exceed what the
+  // socket buffers; the daemon queues them instead of waiting for the socket.
+  for (int i = 0; i < 3000; ++i) REQUIRE(send_message(deaf, MessageType::status_request, "{}"));
+  for (int i = 0; i < 5; ++i) {
+    uint32_t type = 0;
+    ask(a, MessageType::status_request, "{}", &type);
+    CHECK(type == static_cast<uint32_t>(MessageType::status_reply));
+  }
+  close(deaf);
+  close(a);
+}
