@@ -1,4 +1,5 @@
-// Checks for the simulated driver's test programs: a failed check prints where and exits 1.
+// Checks shared by the test programs (simulated driver, interposition fixtures): a failed
+// check prints where and exits 1.
 #pragma once
 #include <cuda.h>
 
