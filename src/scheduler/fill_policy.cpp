@@ -21,7 +21,7 @@ FillPhase FillPolicy::choose_phase(GpuPhase gpu, uint64_t age_ns) const {
   return FillPhase::incremental;
 }
 
-FillPhase FillPolicy::step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_started_ns,
+FillPhase FillPolicy::step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_started_ns, uint64_t predicted_end_ns,
                            const std::vector<FillerState>& fillers, std::vector<Grant>& grants) {
   grants.clear();
   // The ramp starts over in every bubble; a new start time means a new bubble even if no
@@ -38,16 +38,20 @@ FillPhase FillPolicy::step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_starte
       break;
     case FillPhase::stable: rate_ = 1.0; break;
   }
-  grant(fillers, grants);
+  // Work still in flight when training resumes delays training by that much: near the
+  // bubble's predicted end, allow only what can finish before it.
+  int64_t bound = static_cast<int64_t>(p_.max_inflight_ns);
+  if (predicted_end_ns) bound = std::min<int64_t>(bound, predicted_end_ns > now_ns ? static_cast<int64_t>(predicted_end_ns - now_ns) : 0);
+  grant(fillers, bound, grants);
   return phase_;
 }
 
-void FillPolicy::grant(const std::vector<FillerState>& fillers, std::vector<Grant>& grants) const {
+void FillPolicy::grant(const std::vector<FillerState>& fillers, int64_t inflight_bound, std::vector<Grant>& grants) const {
   auto wanting = std::count_if(fillers.begin(), fillers.end(), [](const FillerState& f) { return f.wants_work; });
   if (wanting == 0) return;
   auto n = static_cast<int64_t>(wanting);
   int64_t share = static_cast<int64_t>(rate_ * static_cast<double>(p_.period_ns)) / n;
-  int64_t inflight_share = static_cast<int64_t>(p_.max_inflight_ns) / n;
+  int64_t inflight_share = inflight_bound / n;
   for (const FillerState& f : fillers) {
     if (!f.wants_work) continue;
     // Room under the in-flight share; a debt (negative balance) gives no extra room.

@@ -13,8 +13,11 @@
 //                 all-reduce), so each filler is topped up to its in-flight share at once; the
 //                 in-flight bound, not a rate, limits training's wait. Not entered early when a
 //                 bubble outlasts the learned mean: such a bubble is about to end.
-// In-flight bound (all phases): with n fillers wanting work, each filler's share is
-// max_inflight_ns / n, and inflight_ns + unspent tokens + grant <= share. Unspent tokens count
+// In-flight bound (all phases): the bound is max_inflight_ns, or less near the bubble's
+// predicted end (learned mean length): at most the time left before it, nothing once it has
+// passed, so that filler work does not run into training when it resumes on schedule. With n
+// fillers wanting work, each filler's share is bound / n, and
+// inflight_ns + unspent tokens + grant <= share. Unspent tokens count
 // because they become in-flight work without asking again. So when training resumes it waits
 // for at most max_inflight_ns of filler work. Fillers not wanting work get nothing. Integer
 // division remainders (< n ns) are dropped.
@@ -55,7 +58,9 @@ class FillPolicy {
   explicit FillPolicy(FillParams p) : p_(p) {}
 
   // Once per period. Clears `grants`, then fills it with the tokens to ADD per filler.
-  FillPhase step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_started_ns, const std::vector<FillerState>& fillers, std::vector<Grant>& grants);
+  // predicted_end_ns: when the bubble is expected to end (learned profile; 0: not known).
+  FillPhase step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_started_ns, uint64_t predicted_end_ns,
+                 const std::vector<FillerState>& fillers, std::vector<Grant>& grants);
   FillPhase phase() const { return phase_; }
   // True while closed: the daemon must zero every filler's unspent balance.
   bool revoke() const { return phase_ == FillPhase::closed; }
@@ -65,7 +70,7 @@ class FillPolicy {
 
  private:
   FillPhase choose_phase(GpuPhase gpu, uint64_t age_ns) const;
-  void grant(const std::vector<FillerState>& fillers, std::vector<Grant>& grants) const;
+  void grant(const std::vector<FillerState>& fillers, int64_t inflight_bound, std::vector<Grant>& grants) const;
 
   FillParams p_;
   FillPhase phase_ = FillPhase::closed;

@@ -75,7 +75,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
   check_admission(shm);
   if (!training) return;
 
-  policy_.step(phase, now_ns, detector_.phase_started_ns(), fillers_, grants_);
+  policy_.step(phase, now_ns, detector_.phase_started_ns(), detector_.predicted_bubble_end_ns(), fillers_, grants_);
   if (policy_.revoke()) {
     for (const FillerState& f : fillers_) {
       tandem_slot& s = shm->slots[f.id];
