@@ -36,7 +36,7 @@ struct FillParams {
   double incremental_start = 0.25;     // fraction of a period granted in the first incremental period
   double incremental_step = 0.25;      // growth of that fraction per period
   uint64_t stable_after_ns = 1500000;  // bubble age at which the stable phase starts
-  uint64_t max_inflight_ns = 2500000;  // bound on fillers' issued-but-unfinished work (all fillers)
+  uint64_t max_inflight_ns = 1500000;  // bound on fillers' issued-but-unfinished work (all fillers)
 };
 
 enum class FillPhase { closed, conservative, incremental, stable };
