@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <new>
 
 #include "counters.h"
 #include "daemon_link.h"
@@ -89,6 +90,11 @@ void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept {
   std::lock_guard<std::mutex> lock(g_pressure_mutex);
   g_pressure_fn = fn;
   g_pressure_user = user;
+}
+
+void memory_quota_after_fork_child() noexcept {
+  new (&g_pressure_mutex) std::mutex();
+  g_last_pressure_ns = 0;
 }
 
 void memory_pressure_tick(uint64_t now_ns) noexcept {

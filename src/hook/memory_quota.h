@@ -21,6 +21,9 @@ void uncharge_memory(uint64_t bytes) noexcept;
 // The application's memory-pressure callback (include/tandem/client.h).
 using MemoryPressureFn = void (*)(unsigned long long quota_bytes, unsigned long long in_use_bytes, void* user);
 void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept;
+// Fork: the parent's progress thread may have held the callback's lock; the child's copy is
+// re-created unlocked. The callback stays registered (the child runs the same program).
+void memory_quota_after_fork_child() noexcept;
 // From the progress thread, every tick: calls the callback when the process is over its
 // quota, at most every 100 ms.
 void memory_pressure_tick(uint64_t now_ns) noexcept;

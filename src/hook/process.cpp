@@ -7,6 +7,7 @@
 
 #include "counters.h"
 #include "handle_map.h"
+#include "memory_quota.h"
 #include "progress.h"
 #include "daemon_link.h"
 #include "log.h"
@@ -39,6 +40,7 @@ void after_fork_child() noexcept {
   handle_maps_reset_locks_in_child();
   reset_counters();
   memory_tracker_reset_in_child();
+  memory_quota_after_fork_child();
   progress_after_fork_child();
   g_used_cuda.store(false);
   g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);
