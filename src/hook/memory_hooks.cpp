@@ -145,12 +145,15 @@ CUresult hook_cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int fla
 }
 
 // VMM is counted by physical handle, never at reserve or map. NCCL calls cuMemCreate from
-// threads without a current context and with host locations: nothing here needs a context.
+// threads without a current context and with host locations: nothing here needs a context,
+// and host-located memory is counted as an allocation but is not device memory, so it is
+// neither charged to the quota nor part of the bytes in use.
 CUresult hook_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                           const CUmemAllocationProp* prop, unsigned long long flags) noexcept {
   static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(uint64_t));
-  return allocate(&LiveAllocations::handles, size, [&] { return g_real.cuMemCreate(handle, size, prop, flags); },
-                  reinterpret_cast<uint64_t*>(handle));
+  bool on_device = !prop || prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+  return allocate(&LiveAllocations::handles, on_device ? size : 0,
+                  [&] { return g_real.cuMemCreate(handle, size, prop, flags); }, reinterpret_cast<uint64_t*>(handle));
 }
 
 CUresult hook_cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
