@@ -256,17 +256,21 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   std::string uuid = j.value("gpu", std::string());
   if (client.registered) return reply_error(client, EALREADY, "already registered");
   if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
-  client.role = role;
-  client.registered = true;
-  if (role == "none" || uuid.empty())
-    return reply(client, MessageType::hello_ok, nlohmann::json{{"slot", -1}}.dump());
-  if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
+  if (role != "none" && !uuid.empty() &&
+      (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos))
     return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
+  if (role == "none" || uuid.empty()) {
+    client.role = role;
+    client.registered = true;
+    return reply(client, MessageType::hello_ok, nlohmann::json{{"slot", -1}}.dump());
+  }
   GpuScheduler* g = gpu(uuid);
   uint32_t code = role == "training" ? TANDEM_ROLE_TRAINING
                   : role == "inference" ? TANDEM_ROLE_INFERENCE : TANDEM_ROLE_BATCH_INFERENCE;
   int slot = g && g->segment().ok() ? g->segment().claim(client.pid, code) : -1;
   if (slot < 0) return reply_error(client, ENOSPC, "no free client slot on GPU " + uuid);
+  client.role = role;
+  client.registered = true;  // only now: a refused hello may be retried
   client.gpu = uuid;
   client.slot = slot;
   uint64_t total = j.value("gpu_total_bytes", uint64_t{0});

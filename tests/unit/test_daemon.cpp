@@ -161,3 +161,17 @@ TEST_CASE("daemon: a client that never reads its replies does not block the daem
   close(deaf);
   close(a);
 }
+
+TEST_CASE("daemon: a refused hello can be corrected on the same connection") {
+  std::string path = "/tmp/tandem-unit5-" + std::to_string(getpid()) + ".sock";
+  RunningServer rs(path);
+  int a = connect_to(path);
+  uint32_t type = 0;
+  auto bad = ask(a, MessageType::hello, nlohmann::json{{"pid", getpid()}, {"role", "training"}, {"gpu", "xyz"}}.dump(),
+                 &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::error));
+  CHECK(bad["message"].get<std::string>().find("UUID") != std::string::npos);
+  ask(a, MessageType::hello, nlohmann::json{{"pid", getpid()}, {"role", "none"}}.dump(), &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::hello_ok));
+  close(a);
+}
