@@ -262,6 +262,19 @@ struct ProcessBlock {
 };
 static_assert(sizeof(DeviceBlock) == 28 && sizeof(ProcessBlock) == 48, "hash input layout");
 
+// Ends the inner pass (key ^ 0x36, message) and runs the outer one (key ^ 0x5c, inner digest).
+void finish_keyed(HashState& h, const uint8_t key[16], uint64_t out[2]) {
+  h.finish();
+  uint8_t inner[16];
+  std::memcpy(inner, h.s, 16);
+  std::memset(h.s, 0, 16);
+  std::memset(h.s + 48, 0, 18);
+  h.put(key, 16, 0x5c);
+  h.put(inner, 16);
+  h.finish();
+  std::memcpy(out, h.s, 16);
+}
+
 CUresult integrity_check(uint32_t runtime_version, uint64_t unix_seconds, uint64_t out[2]) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   if (runtime_version % 10 < 2) {  // older runtimes accept a fixed answer
@@ -289,15 +302,7 @@ CUresult integrity_check(uint32_t runtime_version, uint64_t unix_seconds, uint64
     cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d), db.pci_device = static_cast<uint32_t>(v);
     h.put(&db, sizeof db);
   }
-  h.finish();
-  uint8_t inner[16];
-  std::memcpy(inner, h.s, 16);
-  std::memset(h.s, 0, 16);
-  std::memset(h.s + 48, 0, 18);
-  h.put(key, 16, 0x5c);
-  h.put(inner, 16);
-  h.finish();
-  std::memcpy(out, h.s, 16);
+  finish_keyed(h, key, out);
   log(3, "integrity check for runtime %u answered", runtime_version);
   return CUDA_SUCCESS;
 }
@@ -313,15 +318,7 @@ void integrity_hash_for_test(const void* proc48, const void* dev28, uint64_t out
   h.put(key, 16, 0x36);
   h.put(proc48, 48);
   h.put(dev28, 28);
-  h.finish();
-  uint8_t inner[16];
-  std::memcpy(inner, h.s, 16);
-  std::memset(h.s, 0, 16);
-  std::memset(h.s + 48, 0, 18);
-  h.put(key, 16, 0x5c);
-  h.put(inner, 16);
-  h.finish();
-  std::memcpy(out, h.s, 16);
+  finish_keyed(h, key, out);
 }
 }  // namespace simgpu
 
