@@ -65,7 +65,9 @@ struct tandem_slot {
   uint64_t bytes_in_use;      /* device memory the process holds now */
   uint64_t quota_bytes;       /* the quota in force (0: none) */
   uint64_t quota_refusals;    /* allocations refused for exceeding it */
-  uint8_t client_reserved[48];
+  uint64_t nccl_markers_recorded;  /* markers put behind NCCL kernels (training's collectives) */
+  uint64_t nccl_markers_completed; /* those the GPU has passed: recorded > completed = communicating */
+  uint8_t client_reserved[32];
 };
 
 struct tandem_shm_header {

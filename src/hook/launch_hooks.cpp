@@ -44,7 +44,11 @@ inline void after_managed_launch(KernelKind kind, CUstream s, bool per_thread, u
   bool nccl = kind == KernelKind::nccl;
   __atomic_fetch_add(nccl ? &slot->nccl_launches : &slot->launches, kernels, __ATOMIC_RELAXED);
   g_notes.last_was_nccl.store(nccl, std::memory_order_relaxed);
-  if (!nccl) {
+  if (nccl) {
+    g_notes.nccl_stream.store(s, std::memory_order_relaxed);
+    g_notes.nccl_per_thread.store(per_thread, std::memory_order_relaxed);
+    g_notes.nccl_since_marker.store(true, std::memory_order_relaxed);
+  } else {
     g_notes.last_stream.store(s, std::memory_order_relaxed);
     g_notes.last_per_thread.store(per_thread, std::memory_order_relaxed);
     g_notes.work_since_marker.store(true, std::memory_order_relaxed);

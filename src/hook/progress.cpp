@@ -27,6 +27,7 @@ struct Marker {
   CUevent event = nullptr;
   uint64_t issued_ns = 0;   // the slot's issued_ns when recorded: the work it covers
   uint64_t recorded_at = 0;
+  bool nccl = false;  // behind an NCCL kernel: tells when the collective is over
 };
 std::mutex g_marker_mutex;
 Marker g_ring[kMarkers];
@@ -38,7 +39,7 @@ uint64_t g_last_completion = 0;
 
 std::atomic<bool> g_thread_started{false};
 
-bool try_record(CUstream s, bool per_thread) {
+bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   tandem_slot* slot = current_slot();
   if (!slot || stream_is_capturing(s, per_thread)) return false;  // never touch a capturing stream
   Marker& m = g_ring[g_head % kMarkers];
@@ -48,9 +49,15 @@ bool try_record(CUstream s, bool per_thread) {
   if (r != CUDA_SUCCESS) return false;
   m.issued_ns = __atomic_load_n(&slot->issued_ns, __ATOMIC_RELAXED);
   m.recorded_at = monotonic_ns();
+  m.nccl = nccl;
   ++g_head;
-  __atomic_fetch_add(&slot->markers_recorded, 1, __ATOMIC_RELEASE);
-  g_notes.work_since_marker.store(false, std::memory_order_relaxed);
+  if (nccl) {
+    __atomic_fetch_add(&slot->nccl_markers_recorded, 1, __ATOMIC_RELEASE);
+    g_notes.nccl_since_marker.store(false, std::memory_order_relaxed);
+  } else {
+    __atomic_fetch_add(&slot->markers_recorded, 1, __ATOMIC_RELEASE);
+    g_notes.work_since_marker.store(false, std::memory_order_relaxed);
+  }
   return true;
 }
 
@@ -79,10 +86,13 @@ void poll_markers(uint64_t now) {
     Marker& m = g_ring[g_tail % kMarkers];
     CUresult q = g_real.cuEventQuery(m.event);
     if (q == CUDA_ERROR_NOT_READY) break;
-    if (q == CUDA_SUCCESS && g_tail > 0) calibrate(g_ring[(g_tail - 1) % kMarkers], m, now);
+    const Marker& previous = g_ring[(g_tail - 1) % kMarkers];
+    if (q == CUDA_SUCCESS && g_tail > 0 && !m.nccl && !previous.nccl) calibrate(previous, m, now);
     ++g_tail;
     g_last_completion = now;
-    if (slot) {
+    if (slot && m.nccl) {
+      __atomic_fetch_add(&slot->nccl_markers_completed, 1, __ATOMIC_RELEASE);
+    } else if (slot) {
       __atomic_store_n(&slot->completed_ns, m.issued_ns, __ATOMIC_RELEASE);
       __atomic_store_n(&slot->last_completion_ns, now, __ATOMIC_RELEASE);
       __atomic_fetch_add(&slot->markers_completed, 1, __ATOMIC_RELEASE);
@@ -143,6 +153,15 @@ void* progress_main(void*) {
           try_record(s, per_thread);
         }
       }
+      // Behind the collective too: the daemon may hold fillers back until it is over.
+      if (g_notes.nccl_since_marker.load(std::memory_order_relaxed)) {
+        CUstream s = g_notes.nccl_stream.load(std::memory_order_relaxed);
+        bool per_thread = g_notes.nccl_per_thread.load(std::memory_order_relaxed);
+        if (!(per_thread && (s == nullptr || s == CU_STREAM_PER_THREAD))) {
+          std::lock_guard<std::mutex> lock(g_marker_mutex);
+          try_record(s, per_thread, true);
+        }
+      }
       poll_markers(now);
     }
     sleep_ns(tick);
@@ -182,6 +201,7 @@ void progress_after_fork_child() noexcept {
   g_head = g_tail = 0;
   g_notes.context.store(nullptr);
   g_notes.work_since_marker.store(false);
+  g_notes.nccl_since_marker.store(false);
   g_thread_started.store(false);
   forget_daemon_link_in_child();
 }

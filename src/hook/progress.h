@@ -18,6 +18,9 @@ struct ProgressNotes {
   std::atomic<bool> last_per_thread{false};
   std::atomic<bool> work_since_marker{false};  // launches not yet covered by a marker
   std::atomic<bool> last_was_nccl{false};
+  std::atomic<CUstream> nccl_stream{nullptr};  // where the last NCCL kernel went
+  std::atomic<bool> nccl_per_thread{false};
+  std::atomic<bool> nccl_since_marker{false};  // NCCL kernels not yet covered by an NCCL marker
   std::atomic<CUcontext> context{nullptr};     // published by the first launch
 };
 extern ProgressNotes g_notes;

@@ -7,6 +7,7 @@ namespace tandem::scheduler {
 const char* FillPolicy::phase_name(FillPhase p) {
   switch (p) {
     case FillPhase::closed: return "closed";
+    case FillPhase::communication: return "communication";
     case FillPhase::conservative: return "conservative";
     case FillPhase::incremental: return "incremental";
     case FillPhase::stable: return "stable";
@@ -21,7 +22,7 @@ FillPhase FillPolicy::choose_phase(GpuPhase gpu, uint64_t age_ns) const {
   return FillPhase::incremental;
 }
 
-FillPhase FillPolicy::step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_started_ns, uint64_t predicted_end_ns,
+FillPhase FillPolicy::step(GpuPhase gpu, bool communicating, uint64_t now_ns, uint64_t bubble_started_ns, uint64_t predicted_end_ns,
                            const std::vector<FillerState>& fillers, std::vector<Grant>& grants) {
   grants.clear();
   // The ramp starts over in every bubble; a new start time means a new bubble even if no
@@ -30,8 +31,10 @@ FillPhase FillPolicy::step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_starte
   bubble_started_ns_ = bubble_started_ns;
   uint64_t age = now_ns > bubble_started_ns ? now_ns - bubble_started_ns : 0;
   phase_ = choose_phase(gpu, age);
+  if (phase_ != FillPhase::closed && communicating && !p_.fill_during_comm) phase_ = FillPhase::communication;
   switch (phase_) {
     case FillPhase::closed:
+    case FillPhase::communication:
     case FillPhase::conservative: rate_ = 0; return phase_;
     case FillPhase::incremental:
       rate_ = std::min(1.0, p_.incremental_start + p_.incremental_step * incremental_steps_++);

@@ -1,6 +1,9 @@
 // How much GPU time (ns of estimated work) fillers may launch each period: SpecInF's three
 // token phases. Pure logic, time passed in.
 //
+//   communication a bubble in which training's collective (an NCCL kernel) is still running,
+//                 when fill_during_comm is off: like closed. Without MPS a filler's kernels
+//                 take time slices from the collective and lengthen training's iteration.
 //   closed        training is busy: no grants, and revoke() is true so the daemon zeroes every
 //                 filler's unspent balance (tokens left over would run into training).
 //   conservative  bubble age < conservative_ns: still no grants, nothing revoked. Training may
@@ -36,10 +39,11 @@ struct FillParams {
   double incremental_start = 0.25;     // fraction of a period granted in the first incremental period
   double incremental_step = 0.25;      // growth of that fraction per period
   uint64_t stable_after_ns = 1500000;  // bubble age at which the stable phase starts
-  uint64_t max_inflight_ns = 1500000;  // bound on fillers' issued-but-unfinished work (all fillers)
+  uint64_t max_inflight_ns = 4000000;  // bound on fillers' issued-but-unfinished work (all fillers)
+  bool fill_during_comm = false;       // grant while training's NCCL kernels run (right with MPS)
 };
 
-enum class FillPhase { closed, conservative, incremental, stable };
+enum class FillPhase { closed, communication, conservative, incremental, stable };
 
 struct FillerState {
   int id;
@@ -58,12 +62,13 @@ class FillPolicy {
   explicit FillPolicy(FillParams p) : p_(p) {}
 
   // Once per period. Clears `grants`, then fills it with the tokens to ADD per filler.
-  // predicted_end_ns: when the bubble is expected to end (learned profile; 0: not known).
-  FillPhase step(GpuPhase gpu, uint64_t now_ns, uint64_t bubble_started_ns, uint64_t predicted_end_ns,
+  // predicted_end_ns: when the bubble is expected to end (learned profile; 0: not known);
+  // communicating: training's NCCL kernels are still running.
+  FillPhase step(GpuPhase gpu, bool communicating, uint64_t now_ns, uint64_t bubble_started_ns, uint64_t predicted_end_ns,
                  const std::vector<FillerState>& fillers, std::vector<Grant>& grants);
   FillPhase phase() const { return phase_; }
   // True while closed: the daemon must zero every filler's unspent balance.
-  bool revoke() const { return phase_ == FillPhase::closed; }
+  bool revoke() const { return phase_ == FillPhase::closed || phase_ == FillPhase::communication; }
   // Fraction of a period granted in the last step (0 closed/conservative, 1 stable).
   double rate() const { return rate_; }
   static const char* phase_name(FillPhase p);

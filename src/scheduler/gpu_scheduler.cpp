@@ -39,6 +39,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
 
   TrainingSample sample{now_ns, 0, 0, 0};
   int training = 0;
+  uint64_t collectives_pending = 0;  // NCCL markers recorded but not passed
   fillers_.clear();
   for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
     tandem_slot& s = shm->slots[i];
@@ -48,6 +49,9 @@ void GpuScheduler::tick(uint64_t now_ns) {
       sample.launches += __atomic_load_n(&s.launches, __ATOMIC_ACQUIRE);
       sample.markers_recorded += __atomic_load_n(&s.markers_recorded, __ATOMIC_ACQUIRE);
       sample.markers_completed += __atomic_load_n(&s.markers_completed, __ATOMIC_ACQUIRE);
+      uint64_t nccl_completed = __atomic_load_n(&s.nccl_markers_completed, __ATOMIC_ACQUIRE);
+      uint64_t nccl_recorded = __atomic_load_n(&s.nccl_markers_recorded, __ATOMIC_ACQUIRE);
+      if (nccl_recorded > nccl_completed) collectives_pending += nccl_recorded - nccl_completed;
     } else if (gated(s.role)) {
       uint64_t issued = __atomic_load_n(&s.issued_ns, __ATOMIC_ACQUIRE);
       uint64_t completed = __atomic_load_n(&s.completed_ns, __ATOMIC_ACQUIRE);
@@ -75,7 +79,8 @@ void GpuScheduler::tick(uint64_t now_ns) {
   check_admission(shm);
   if (!training) return;
 
-  policy_.step(phase, now_ns, detector_.phase_started_ns(), detector_.predicted_bubble_end_ns(), fillers_, grants_);
+  communicating_ = collectives_pending > 0;
+  policy_.step(phase, communicating_, now_ns, detector_.phase_started_ns(), detector_.predicted_bubble_end_ns(), fillers_, grants_);
   if (policy_.revoke()) {
     for (const FillerState& f : fillers_) {
       tandem_slot& s = shm->slots[f.id];

@@ -30,6 +30,8 @@ class GpuScheduler {
 
   GpuPhase gpu_phase() const { return detector_.phase(); }
   FillPhase fill_phase() const { return policy_.phase(); }
+  // Training's collectives (NCCL kernels) still running at the last tick.
+  bool communicating() const { return communicating_; }
   const BubbleDetector& detector() const { return detector_; }
   uint64_t ticks() const { return ticks_; }
   uint64_t tick_ns_total() const { return tick_ns_total_; }
@@ -42,6 +44,7 @@ class GpuScheduler {
   GpuSegment segment_;
   BubbleDetector detector_;
   FillPolicy policy_;
+  bool communicating_ = false;
   Trace trace_;
   std::vector<FillerState> fillers_;
   std::vector<Grant> grants_;

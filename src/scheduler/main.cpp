@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   sp.fill.conservative_ns = us(SettingId::TANDEM_FILL_CONSERVATIVE_US);
   sp.fill.stable_after_ns = us(SettingId::TANDEM_FILL_STABLE_US);
   sp.fill.max_inflight_ns = us(SettingId::TANDEM_MAX_INFLIGHT_US);
+  sp.fill.fill_during_comm = setting_bool(SettingId::TANDEM_FILL_COMM);
   bool foreground = false;
   std::string log = tandem::setting_was_set(tandem::SettingId::TANDEM_LOG)
                         ? tandem::setting_text(tandem::SettingId::TANDEM_LOG) : "info";

@@ -7,6 +7,8 @@ usage: fill_e2e.py BUILD_DIR CASE
   daemon-killed   tandemd is killed mid-run: training and the filler both finish normally
   daemon-stopped  tandemd is stopped (SIGSTOP) for a second: the filler fails open and keeps
                   running, and both processes keep their one registration when it resumes
+  communication   the daemon sees training's collectives (markers behind NCCL kernels) and
+                  holds the filler during them (fill phase "communication")
   client-killed   the filler is killed mid-run: its slot and tokens are reclaimed, training
                   goes on, and a new filler registers and makes progress
 """
@@ -159,6 +161,26 @@ def daemon_stopped(env):
           f"no re-registration: links training {train['daemon']['links']}, filler {filler['daemon']['links']}")
 
 
+def communication(env):
+    d = env.daemon()
+    a = env.start("train-sim", "--seconds", "3", role="training")
+    b = env.start("infer-sim", "--seconds", "3", role="batch-inference")
+    time.sleep(0.8)
+    phases, communicating = set(), 0
+    for _ in range(60):  # the stand-in collective is 6 ms of each 40 ms iteration
+        st = env.status()
+        if st and st["gpus"]:
+            phases.add(st["gpus"][0]["fill_phase"])
+            communicating += st["gpus"][0]["communicating"]
+        time.sleep(0.02)
+    t, i = finish(a), finish(b)
+    d.terminate()
+    d.wait()
+    check(communicating > 0 and "communication" in phases,
+          f"collectives seen in {communicating} of 60 samples; fill phases seen: {sorted(phases)}")
+    check(t["iterations"] > 0 and i["requests"] > 0, "training and the filler both ran")
+
+
 def client_killed(env):
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "4", role="training")
@@ -184,6 +206,7 @@ def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
     {"retention": retention, "daemon-killed": daemon_killed, "daemon-stopped": daemon_stopped,
+     "communication": communication,
      "client-killed": client_killed}[case](env)
     print(f"fill e2e {case}: ok")
 

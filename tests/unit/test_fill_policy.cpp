@@ -38,26 +38,26 @@ TEST_CASE("FillPolicy: closed -> conservative -> incremental (growing) -> stable
   std::vector<FillerState> fillers{filler(7)};
   std::vector<Grant> grants{{99, 1}};  // stale content must be cleared
 
-  CHECK(policy.step(GpuPhase::busy, 10 * kMs, 0, 0, fillers, grants) == FillPhase::closed);
+  CHECK(policy.step(GpuPhase::busy, false, 10 * kMs, 0, 0, fillers, grants) == FillPhase::closed);
   CHECK(grants.empty());
   CHECK(policy.revoke());
 
   const uint64_t start = 10 * kMs;
   for (uint64_t t : {start, start + kMs / 2}) {
-    CHECK(policy.step(GpuPhase::bubble, t, start, 0, fillers, grants) == FillPhase::conservative);
+    CHECK(policy.step(GpuPhase::bubble, false, t, start, 0, fillers, grants) == FillPhase::conservative);
     CHECK(grants.empty());
     CHECK_FALSE(policy.revoke());
   }
   std::vector<int64_t> amounts;
   for (uint64_t t = start + kMs; t < start + 4 * kMs; t += kMs) {
-    CHECK(policy.step(GpuPhase::bubble, t, start, 0, fillers, grants) == FillPhase::incremental);
+    CHECK(policy.step(GpuPhase::bubble, false, t, start, 0, fillers, grants) == FillPhase::incremental);
     CHECK_FALSE(policy.revoke());
     REQUIRE(grants.size() == 1);
     CHECK(grants[0].id == 7);
     amounts.push_back(grants[0].tokens_ns);
   }
   CHECK(amounts == std::vector<int64_t>{250000, 500000, 750000});
-  CHECK(policy.step(GpuPhase::bubble, start + 4 * kMs, start, 0, fillers, grants) == FillPhase::stable);
+  CHECK(policy.step(GpuPhase::bubble, false, start + 4 * kMs, start, 0, fillers, grants) == FillPhase::stable);
   CHECK(policy.rate() == 1.0);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].tokens_ns == 100 * kMsI);  // topped up to the in-flight share
@@ -68,22 +68,22 @@ TEST_CASE("FillPolicy: busy training closes and revokes; the ramp restarts each 
   FillPolicy policy(params());
   std::vector<FillerState> fillers{filler(1)};
   std::vector<Grant> grants;
-  policy.step(GpuPhase::bubble, 2 * kMs, 0, 0, fillers, grants);
-  policy.step(GpuPhase::bubble, 3 * kMs, 0, 0, fillers, grants);
+  policy.step(GpuPhase::bubble, false, 2 * kMs, 0, 0, fillers, grants);
+  policy.step(GpuPhase::bubble, false, 3 * kMs, 0, 0, fillers, grants);
   REQUIRE_FALSE(grants.empty());
-  CHECK(policy.step(GpuPhase::busy, 4 * kMs, 0, 0, fillers, grants) == FillPhase::closed);
+  CHECK(policy.step(GpuPhase::busy, false, 4 * kMs, 0, 0, fillers, grants) == FillPhase::closed);
   CHECK(policy.revoke());
   CHECK(grants.empty());
   CHECK(policy.rate() == 0.0);
 
   // Next bubble: conservative again, then the ramp begins at incremental_start.
-  CHECK(policy.step(GpuPhase::bubble, 8 * kMs, 8 * kMs, 0, fillers, grants) == FillPhase::conservative);
-  CHECK(policy.step(GpuPhase::bubble, 9 * kMs, 8 * kMs, 0, fillers, grants) == FillPhase::incremental);
+  CHECK(policy.step(GpuPhase::bubble, false, 8 * kMs, 8 * kMs, 0, fillers, grants) == FillPhase::conservative);
+  CHECK(policy.step(GpuPhase::bubble, false, 9 * kMs, 8 * kMs, 0, fillers, grants) == FillPhase::incremental);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].tokens_ns == 250000);
 
   // A new bubble start without a busy step in between also restarts the ramp.
-  policy.step(GpuPhase::bubble, 20 * kMs, 18 * kMs, 0, fillers, grants);
+  policy.step(GpuPhase::bubble, false, 20 * kMs, 18 * kMs, 0, fillers, grants);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].tokens_ns == 250000);
 }
@@ -98,7 +98,7 @@ TEST_CASE("FillPolicy: the incremental fraction is capped at a whole period") {
   std::vector<Grant> grants;
   std::vector<int64_t> amounts;
   for (uint64_t t = kMs; t <= 4 * kMs; t += kMs) {
-    CHECK(policy.step(GpuPhase::bubble, t, 0, 0, fillers, grants) == FillPhase::incremental);
+    CHECK(policy.step(GpuPhase::bubble, false, t, 0, 0, fillers, grants) == FillPhase::incremental);
     amounts.push_back(total(grants));
   }
   CHECK(amounts == std::vector<int64_t>{500000, 1000000, 1000000, 1000000});
@@ -114,7 +114,7 @@ TEST_CASE("FillPolicy: fair shares among 1, 2 and 4 fillers") {
     std::vector<FillerState> fillers;
     for (int i = 0; i < n; ++i) fillers.push_back(filler(10 + i));
     std::vector<Grant> grants;
-    CHECK(policy.step(GpuPhase::bubble, 2 * kMs, 0, 0, fillers, grants) == FillPhase::incremental);
+    CHECK(policy.step(GpuPhase::bubble, false, 2 * kMs, 0, 0, fillers, grants) == FillPhase::incremental);
     REQUIRE(grants.size() == static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       CHECK(grants[static_cast<size_t>(i)].id == 10 + i);
@@ -126,7 +126,7 @@ TEST_CASE("FillPolicy: fair shares among 1, 2 and 4 fillers") {
     p.stable_after_ns = 0;
     FillPolicy stable(p);
     p.stable_after_ns = 100 * kMs;
-    CHECK(stable.step(GpuPhase::bubble, 2 * kMs, 0, 0, fillers, grants) == FillPhase::stable);
+    CHECK(stable.step(GpuPhase::bubble, false, 2 * kMs, 0, 0, fillers, grants) == FillPhase::stable);
     REQUIRE(grants.size() == static_cast<size_t>(n));
     for (const Grant& g : grants) CHECK(g.tokens_ns == 8 * kMsI / n);
   }
@@ -144,11 +144,11 @@ TEST_CASE("FillPolicy: in-flight cap counts in-flight work and unspent tokens") 
                                    filler(3, 0, 0, false)};  // idle: not counted in the split
   std::vector<Grant> grants;
   // Three want work: shares of 4/3 ms, and every one of them is already at or over it.
-  policy.step(GpuPhase::bubble, 2 * kMs, 0, 0, fillers, grants);
+  policy.step(GpuPhase::bubble, false, 2 * kMs, 0, 0, fillers, grants);
   CHECK(grants.empty());
   // Two want work: shares of 2 ms; only filler 0 has room, and only 0.2 ms of it.
   fillers.erase(fillers.begin() + 2);
-  policy.step(GpuPhase::bubble, 3 * kMs, 0, 0, fillers, grants);
+  policy.step(GpuPhase::bubble, false, 3 * kMs, 0, 0, fillers, grants);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].id == 0);
   CHECK(grants[0].tokens_ns == 200000);
@@ -159,12 +159,12 @@ TEST_CASE("FillPolicy: in-flight cap counts in-flight work and unspent tokens") 
   q.max_inflight_ns = 2 * kMs;
   q.stable_after_ns = 0;
   FillPolicy stable(q);
-  stable.step(GpuPhase::bubble, 2 * kMs, 0, 0, debt, grants);
+  stable.step(GpuPhase::bubble, false, 2 * kMs, 0, 0, debt, grants);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].tokens_ns == 1000000);
   // The cap holds in stable for every filler: inflight + tokens + grant <= share.
   std::vector<FillerState> many{filler(0, 300000, 100000), filler(1, 0, 0), filler(2, 999999, 1)};
-  stable.step(GpuPhase::bubble, 2 * kMs, 0, 0, many, grants);
+  stable.step(GpuPhase::bubble, false, 2 * kMs, 0, 0, many, grants);
   const int64_t share = 2 * kMsI / 3;
   REQUIRE(grants.size() == 2);  // filler 2 holds 1 ms > its 2/3 ms share: nothing
   CHECK(grants[0].id == 0);
@@ -181,39 +181,62 @@ TEST_CASE("FillPolicy: near the predicted bubble end only work that can finish b
   std::vector<Grant> grants;
   const uint64_t end = 10 * kMs;  // the learned profile says the bubble ends here
   FillPolicy far(p);
-  far.step(GpuPhase::bubble, 2 * kMs, 0, end, fillers, grants);
+  far.step(GpuPhase::bubble, false, 2 * kMs, 0, end, fillers, grants);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].tokens_ns == 3 * kMsI);  // 8 ms left: the whole bound
   FillPolicy near(p);
-  near.step(GpuPhase::bubble, end - kMs, 0, end, fillers, grants);
+  near.step(GpuPhase::bubble, false, end - kMs, 0, end, fillers, grants);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].tokens_ns == kMsI);  // 1 ms left: 1 ms of work
   FillPolicy past(p);
-  past.step(GpuPhase::bubble, end + kMs, 0, end, fillers, grants);
+  past.step(GpuPhase::bubble, false, end + kMs, 0, end, fillers, grants);
   CHECK(grants.empty());  // overran the prediction: training may resume any moment
   std::vector<FillerState> two{filler(1), filler(2)};
-  near.step(GpuPhase::bubble, end - kMs, 0, end, two, grants);
+  near.step(GpuPhase::bubble, false, end - kMs, 0, end, two, grants);
   REQUIRE(grants.size() == 2);
   CHECK(grants[0].tokens_ns + grants[1].tokens_ns == kMsI);  // shared, not per filler
   FillPolicy unknown(p);
-  unknown.step(GpuPhase::bubble, end + kMs, 0, 0, fillers, grants);
+  unknown.step(GpuPhase::bubble, false, end + kMs, 0, 0, fillers, grants);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].tokens_ns == 3 * kMsI);  // nothing learned yet: the plain bound
+}
+
+TEST_CASE("FillPolicy: training's collective holds fillers back unless filling during it is on") {
+  FillParams p = params();
+  p.stable_after_ns = 0;
+  std::vector<FillerState> fillers{filler(1)};
+  std::vector<Grant> grants;
+  FillPolicy held(p);
+  CHECK(held.step(GpuPhase::bubble, true, 2 * kMs, 0, 0, fillers, grants) == FillPhase::communication);
+  CHECK(grants.empty());
+  CHECK(held.revoke());  // tokens left over would take time slices from the collective
+  CHECK(std::strcmp(FillPolicy::phase_name(FillPhase::communication), "communication") == 0);
+  // The collective is over: the rest of the bubble (a data-loading gap) is filled at once.
+  CHECK(held.step(GpuPhase::bubble, false, 3 * kMs, 0, 0, fillers, grants) == FillPhase::stable);
+  CHECK(grants.size() == 1);
+  CHECK_FALSE(held.revoke());
+  // Busy training is closed whatever the collectives do.
+  CHECK(held.step(GpuPhase::busy, true, 4 * kMs, 0, 0, fillers, grants) == FillPhase::closed);
+  // With MPS the collective and the filler run side by side: fill during it.
+  p.fill_during_comm = true;
+  FillPolicy mps(p);
+  CHECK(mps.step(GpuPhase::bubble, true, 2 * kMs, 0, 0, fillers, grants) == FillPhase::stable);
+  CHECK(grants.size() == 1);
 }
 
 TEST_CASE("FillPolicy: no grants to fillers that do not want work") {
   FillPolicy policy(params());
   std::vector<FillerState> fillers{filler(0, 0, 0, false), filler(1, 0, 0, true), filler(2, 0, 0, false)};
   std::vector<Grant> grants;
-  policy.step(GpuPhase::bubble, 2 * kMs, 0, 0, fillers, grants);
+  policy.step(GpuPhase::bubble, false, 2 * kMs, 0, 0, fillers, grants);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].id == 1);
   CHECK(grants[0].tokens_ns == 250000);  // the whole first incremental budget to the one that wants it
 
   std::vector<FillerState> none{filler(0, 0, 0, false)};
-  CHECK(policy.step(GpuPhase::bubble, 10 * kMs, 0, 0, none, grants) == FillPhase::stable);
+  CHECK(policy.step(GpuPhase::bubble, false, 10 * kMs, 0, 0, none, grants) == FillPhase::stable);
   CHECK(grants.empty());
-  CHECK(policy.step(GpuPhase::bubble, 11 * kMs, 0, 0, {}, grants) == FillPhase::stable);
+  CHECK(policy.step(GpuPhase::bubble, false, 11 * kMs, 0, 0, {}, grants) == FillPhase::stable);
   CHECK(grants.empty());
 }
 
