@@ -102,16 +102,21 @@ void GpuScheduler::tick(uint64_t now_ns) {
 void GpuScheduler::check_admission(tandem_shm_header* shm) {
   refusals_.clear();
   // Principle I: the colocated processes' peak memory must fit the GPU together.
+  // The sum every tick; the message (strings, allocations) only when it does not fit.
   uint64_t peaks = 0;
-  std::string who;
   for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
     const tandem_slot& s = shm->slots[i];
-    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
-    uint64_t peak = __atomic_load_n(&s.peak_bytes, __ATOMIC_RELAXED);
-    peaks += peak;
-    who += (who.empty() ? "" : ", ") + std::to_string(s.pid) + ": " + std::to_string(peak >> 20) + " MiB";
+    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) == TANDEM_SLOT_ACTIVE)
+      peaks += __atomic_load_n(&s.peak_bytes, __ATOMIC_RELAXED);
   }
   if (shm->gpu_total_bytes && peaks > shm->gpu_total_bytes) {
+    std::string who;
+    for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
+      const tandem_slot& s = shm->slots[i];
+      if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
+      who += (who.empty() ? "" : ", ") + std::to_string(s.pid) + ": " +
+             std::to_string(__atomic_load_n(&s.peak_bytes, __ATOMIC_RELAXED) >> 20) + " MiB";
+    }
     std::string why = "summed peak memory " + std::to_string(peaks >> 20) + " MiB (" + who + ") exceeds the GPU's " +
                       std::to_string(shm->gpu_total_bytes >> 20) + " MiB: this colocation will run out of memory";
     refusals_.push_back(why);
