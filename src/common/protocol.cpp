@@ -131,13 +131,8 @@ RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payl
   return header.length ? read_all(fd, payload.data(), header.length, timeout_ms, true) : RecvStatus::ok;
 }
 
-bool send_error(int fd, int error_number, std::string_view message) noexcept {
-  try {
-    nlohmann::json j = {{"errno", error_number}, {"message", std::string(message)}};
-    return send_message(fd, MessageType::error, j.dump());
-  } catch (...) {
-    return false;
-  }
+std::string error_payload(int error_number, std::string_view message) {
+  return nlohmann::json{{"errno", error_number}, {"message", std::string(message)}}.dump();
 }
 
 }  // namespace tandem

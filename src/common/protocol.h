@@ -44,7 +44,7 @@ bool send_message_with_fd(int fd, MessageType type, std::string_view payload, in
 RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payload, int& passed_fd,
                                 int timeout_ms);
 
-// Sends an error reply.
-bool send_error(int fd, int error_number, std::string_view message) noexcept;
+// The payload of an `error` reply: {"errno": int, "message": str}.
+std::string error_payload(int error_number, std::string_view message);
 
 }  // namespace tandem

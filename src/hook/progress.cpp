@@ -61,6 +61,14 @@ bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   return true;
 }
 
+// A marker behind the last launch on `s`, from the progress thread. Another thread's
+// per-thread default stream cannot be named from here: then nothing is recorded.
+void record_from_progress_thread(CUstream s, bool per_thread, bool nccl) {
+  if (per_thread && (s == nullptr || s == CU_STREAM_PER_THREAD)) return;
+  std::lock_guard<std::mutex> lock(g_marker_mutex);
+  try_record(s, per_thread, nccl);
+}
+
 // The work between two markers was launched after the first was recorded, so it ran no
 // earlier than the later of that and the first one's completion: its measured length over its
 // estimate rescales the process's ns-per-thread estimate (an exponential average, each update
@@ -86,8 +94,10 @@ void poll_markers(uint64_t now) {
     Marker& m = g_ring[g_tail % kMarkers];
     CUresult q = g_real.cuEventQuery(m.event);
     if (q == CUDA_ERROR_NOT_READY) break;
-    const Marker& previous = g_ring[(g_tail - 1) % kMarkers];
-    if (q == CUDA_SUCCESS && g_tail > 0 && !m.nccl && !previous.nccl) calibrate(previous, m, now);
+    // Calibration compares two compute markers; a collective's length says nothing of the
+    // process's kernel cost.
+    const Marker* previous = g_tail > 0 ? &g_ring[(g_tail - 1) % kMarkers] : nullptr;
+    if (q == CUDA_SUCCESS && previous && !m.nccl && !previous->nccl) calibrate(*previous, m, now);
     ++g_tail;
     g_last_completion = now;
     if (slot && m.nccl) {
@@ -144,24 +154,13 @@ void* progress_main(void*) {
       __atomic_store_n(&slot->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
       memory_pressure_tick(now);
       if (g_notes.work_since_marker.load(std::memory_order_relaxed) &&
-          !g_notes.last_was_nccl.load(std::memory_order_relaxed)) {
-        CUstream s = g_notes.last_stream.load(std::memory_order_relaxed);
-        bool per_thread = g_notes.last_per_thread.load(std::memory_order_relaxed);
-        // Another thread's per-thread default stream cannot be named from here.
-        if (!(per_thread && (s == nullptr || s == CU_STREAM_PER_THREAD))) {
-          std::lock_guard<std::mutex> lock(g_marker_mutex);
-          try_record(s, per_thread);
-        }
-      }
+          !g_notes.last_was_nccl.load(std::memory_order_relaxed))
+        record_from_progress_thread(g_notes.last_stream.load(std::memory_order_relaxed),
+                                    g_notes.last_per_thread.load(std::memory_order_relaxed), false);
       // Behind the collective too: the daemon may hold fillers back until it is over.
-      if (g_notes.nccl_since_marker.load(std::memory_order_relaxed)) {
-        CUstream s = g_notes.nccl_stream.load(std::memory_order_relaxed);
-        bool per_thread = g_notes.nccl_per_thread.load(std::memory_order_relaxed);
-        if (!(per_thread && (s == nullptr || s == CU_STREAM_PER_THREAD))) {
-          std::lock_guard<std::mutex> lock(g_marker_mutex);
-          try_record(s, per_thread, true);
-        }
-      }
+      if (g_notes.nccl_since_marker.load(std::memory_order_relaxed))
+        record_from_progress_thread(g_notes.nccl_stream.load(std::memory_order_relaxed),
+                                    g_notes.nccl_per_thread.load(std::memory_order_relaxed), true);
       poll_markers(now);
     }
     sleep_ns(tick);

@@ -182,7 +182,7 @@ bool Server::reply(Client& client, MessageType type, const std::string& payload)
 }
 
 bool Server::reply_error(Client& client, int error_number, const std::string& message) {
-  return reply(client, MessageType::error, nlohmann::json{{"errno", error_number}, {"message", message}}.dump());
+  return reply(client, MessageType::error, error_payload(error_number, message));
 }
 
 void Server::disconnect(int fd) {
@@ -256,14 +256,13 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   std::string uuid = j.value("gpu", std::string());
   if (client.registered) return reply_error(client, EALREADY, "already registered");
   if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
-  if (role != "none" && !uuid.empty() &&
-      (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos))
-    return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
   if (role == "none" || uuid.empty()) {
     client.role = role;
     client.registered = true;
     return reply(client, MessageType::hello_ok, nlohmann::json{{"slot", -1}}.dump());
   }
+  if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
   GpuScheduler* g = gpu(uuid);
   uint32_t code = role == "training" ? TANDEM_ROLE_TRAINING
                   : role == "inference" ? TANDEM_ROLE_INFERENCE : TANDEM_ROLE_BATCH_INFERENCE;
