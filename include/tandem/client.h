@@ -30,6 +30,19 @@ int tandem_on_memory_pressure(tandem_memory_pressure_fn fn, void* user);
  * the stats file as memory.reported_release_bytes, and logged at info level). */
 void tandem_report_release(unsigned long long bytes);
 
+/* Online inference requests (TANDEM_ROLE=inference), for servers that want exact latencies:
+ * call begin when a request arrives and end, with what begin returned, when its answer is
+ * ready. arrival_ns is the arrival time on CLOCK_MONOTONIC (std::chrono::steady_clock on
+ * Linux, time.monotonic_ns() in Python), or 0 for now; begin returns the request's start,
+ * 0 when tandem is disabled (end then does nothing). Any number of requests may be open at
+ * once, from any threads. The first call turns off the transparent measurement (a request =
+ * the launches between two host synchronizations) for the rest of the process. Under policy
+ * `slo` tandemd holds the TANDEM_SLO_PCTL-th percentile of these latencies at TANDEM_SLO_MS;
+ * under policy `fill` begin may wait, at most TANDEM_SLO_MS, for a bubble that can hold the
+ * request. */
+unsigned long long tandem_request_begin(unsigned long long arrival_ns);
+void tandem_request_end(unsigned long long begin_ns);
+
 #ifdef __cplusplus
 }
 #endif

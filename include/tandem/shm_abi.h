@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define TANDEM_SHM_MAGIC 0x4d444e54u /* "TNDM" */
-#define TANDEM_SHM_VERSION 1u
+#define TANDEM_SHM_VERSION 2u
 #define TANDEM_MAX_SLOTS 64u
 
 /* Slot states. */
@@ -28,6 +28,10 @@
 #define TANDEM_GPU_BUBBLE 1u      /* training left the GPU idle */
 #define TANDEM_GPU_NO_TRAINING 2u /* nothing to protect */
 
+/* Scheduling policies (header.policy, `tandemd --policy`). */
+#define TANDEM_POLICY_FILL 0u /* training protected, fillers use its bubbles */
+#define TANDEM_POLICY_SLO 1u  /* online inference protected to its latency target, training best-effort */
+
 /* Gate modes, set by the daemon. */
 #define TANDEM_GATE_OPEN 0u   /* launches pass: not gated, or failed open */
 #define TANDEM_GATE_TOKENS 1u /* launches take tokens; wait on `wake` when there are none */
@@ -43,7 +47,7 @@ struct tandem_slot {
   int64_t tokens;      /* GPU time the client may still launch, in ns of estimated work */
   uint64_t granted_ns; /* total tokens ever granted */
   uint64_t assigned_quota_bytes; /* device-memory quota set through the daemon (0: none); overrides TANDEM_MEM_LIMIT */
-  uint8_t daemon_reserved[8];
+  uint64_t inflight_bound_ns; /* policy slo: a gated launch waits while issued_ns - completed_ns >= this (0: no bound) */
 
   /* --- written by the client --- */
   uint64_t launches;          /* compute kernels launched (graph nodes included) */
@@ -67,7 +71,13 @@ struct tandem_slot {
   uint64_t quota_refusals;    /* allocations refused for exceeding it */
   uint64_t nccl_markers_recorded;  /* markers put behind NCCL kernels (training's collectives) */
   uint64_t nccl_markers_completed; /* those the GPU has passed: recorded > completed = communicating */
-  uint8_t client_reserved[32];
+  /* online inference (role inference): */
+  uint32_t requests_open;     /* requests begun and not yet ended */
+  uint32_t slo_us;            /* the latency target (TANDEM_SLO_MS), in us */
+  uint64_t request_activity_ns; /* CLOCK_MONOTONIC of the last request begin or end */
+  uint64_t latency_ns;        /* TANDEM_SLO_PCTL-th percentile latency of the requests ended in control interval latency_seq */
+  uint32_t latency_seq;       /* the header's control_seq that latency_ns belongs to */
+  uint32_t latency_samples;   /* requests it was computed from */
 };
 
 struct tandem_shm_header {
@@ -82,7 +92,12 @@ struct tandem_shm_header {
   uint32_t bubble_seq;          /* futex word: incremented (and woken) when a bubble starts */
   uint64_t predicted_bubble_end_ns; /* learned end of the current bubble (0: unknown or busy) */
   uint64_t gpu_total_bytes;     /* the GPU's memory, as its first client reported it */
-  uint8_t reserved[56];
+  uint32_t policy;              /* TANDEM_POLICY_* */
+  uint32_t control_seq;         /* slo policy: control intervals begun; clients measure latency per interval */
+  uint64_t inference_slots;     /* bit i: slot i is an active online-inference client */
+  uint32_t request_seq;         /* futex word, written by clients: incremented (and woken) when a request ends */
+  uint32_t training_duty_ppm;   /* slo policy: training's duty cycle, parts per million */
+  uint8_t reserved[32];
   struct tandem_slot slots[TANDEM_MAX_SLOTS];
 };
 

@@ -4,6 +4,7 @@
 #include "counters.h"
 #include "log.h"
 #include "memory_quota.h"
+#include "online_requests.h"
 #include "process.h"
 
 #ifndef TANDEM_VERSION_STRING
@@ -32,4 +33,16 @@ extern "C" TANDEM_EXPORT void tandem_report_release(unsigned long long bytes) {
   if (!hook::ensure_ready()) return;
   hook::count(hook::memory_counters().reported_release_bytes, bytes);
   TANDEM_LOG_INFO("the application released {} bytes of cached memory", bytes);
+}
+
+extern "C" TANDEM_EXPORT unsigned long long tandem_request_begin(unsigned long long arrival_ns) {
+  using namespace tandem;
+  if (!hook::ensure_ready()) return 0;
+  return hook::explicit_request_begin(arrival_ns);
+}
+
+extern "C" TANDEM_EXPORT void tandem_request_end(unsigned long long begin_ns) {
+  using namespace tandem;
+  if (!hook::ensure_ready()) return;
+  hook::explicit_request_end(begin_ns);
 }

@@ -18,27 +18,59 @@ void futex_wait(uint32_t* word, uint32_t expected, uint64_t timeout_ns) noexcept
 }
 }  // namespace
 
+// Policy slo: an online inference request is running. Only active inference slots count, and
+// a request open for more than 4 times its target is taken for a stuck client and ignored.
+bool online_request_open(const tandem_shm_header* shm, uint64_t now) noexcept {
+  if (__atomic_load_n(&shm->policy, __ATOMIC_ACQUIRE) != TANDEM_POLICY_SLO) return false;
+  uint64_t mask = __atomic_load_n(&shm->inference_slots, __ATOMIC_ACQUIRE);
+  for (; mask; mask &= mask - 1) {
+    const tandem_slot& s = shm->slots[__builtin_ctzll(mask)];
+    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE || s.role != TANDEM_ROLE_INFERENCE) continue;
+    if (__atomic_load_n(&s.requests_open, __ATOMIC_ACQUIRE) == 0) continue;
+    uint64_t since = __atomic_load_n(&s.request_activity_ns, __ATOMIC_ACQUIRE);
+    uint64_t stuck_after = 4000ull * __atomic_load_n(&s.slo_us, __ATOMIC_RELAXED);
+    if (now < since + stuck_after) return true;
+  }
+  return false;
+}
+
 void gate_wait(tandem_slot* slot, uint64_t cost_ns) noexcept {
   const uint64_t period_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
   const uint64_t stale_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
   tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
   uint64_t start = 0;
   for (;;) {
-    int64_t tokens = __atomic_load_n(&slot->tokens, __ATOMIC_ACQUIRE);
+    uint32_t request_seq = shm ? __atomic_load_n(&shm->request_seq, __ATOMIC_ACQUIRE) : 0;
+    bool open = __atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) == TANDEM_GATE_OPEN;
+    uint64_t now = monotonic_ns();
+    // Under policy slo nothing of this process starts while an online request runs (the
+    // request then waits at most for the work already on the GPU), and the work in flight is
+    // bounded here, where completions are seen first (the progress thread wakes this wait).
+    bool request_running = !open && shm && online_request_open(shm, now);
+    bool full = false;
+    uint64_t bound = __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_ACQUIRE);
+    if (!open && bound) {
+      uint64_t issued = __atomic_load_n(&slot->issued_ns, __ATOMIC_ACQUIRE);
+      uint64_t completed = __atomic_load_n(&slot->completed_ns, __ATOMIC_ACQUIRE);
+      full = issued > completed && issued - completed >= bound;
+    }
     // Any positive balance admits one kernel (it may overdraw): the in-flight bound, not the
     // balance, is what protects the other job.
-    if (tokens > 0 || __atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) == TANDEM_GATE_OPEN) {
+    if (!request_running && !full && (open || __atomic_load_n(&slot->tokens, __ATOMIC_ACQUIRE) > 0)) {
       __atomic_fetch_sub(&slot->tokens, static_cast<int64_t>(cost_ns), __ATOMIC_ACQ_REL);
       break;
     }
-    uint64_t now = monotonic_ns();
     if (!start) start = now;
     if (!shm || now > __atomic_load_n(&shm->daemon_heartbeat_ns, __ATOMIC_ACQUIRE) + stale_ns) {
       count(gate_counters().fail_open);  // the daemon is gone or hung: let the kernel run
       break;
     }
+    if (request_running) {
+      futex_wait(&shm->request_seq, request_seq, period_ns);  // the request's end wakes it
+      continue;
+    }
     uint32_t wake = __atomic_load_n(&slot->wake, __ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&slot->tokens, __ATOMIC_ACQUIRE) > 0) continue;
+    if (!full && __atomic_load_n(&slot->tokens, __ATOMIC_ACQUIRE) > 0) continue;
     futex_wait(&slot->wake, wake, 4 * period_ns);  // bounded: re-check the daemon's heartbeat
   }
   if (start) {

@@ -1,7 +1,9 @@
-// The token gate of gated processes (batch-inference, inference). A launch takes tokens (ns
-// of estimated GPU work) from the process's slot; with none left it sleeps on the slot's
-// futex until the daemon grants more. Open gate: two loads. Every wait is bounded: the gate
-// fails open when the daemon stops ticking.
+// The token gate of gated processes: batch inference always, training under policy `slo`
+// while online inference is active. A launch takes tokens (ns of estimated GPU work) from the
+// process's slot; with none left it sleeps on the slot's futex until the daemon grants more.
+// Under policy `slo` it also waits while an online request is open (woken by the request's
+// end). Open gate: two loads. Every wait is bounded: the gate fails open when the daemon stops
+// ticking.
 #pragma once
 #include <cstdint>
 

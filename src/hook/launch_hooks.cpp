@@ -5,7 +5,7 @@
 #include "counters.h"
 #include "gate.h"
 #include "progress.h"
-#include "request_admission.h"
+#include "online_requests.h"
 #include "handle_map.h"
 #include "hooks.h"
 #include "kernel_kind.h"
@@ -21,19 +21,30 @@ struct Dims {
 
 std::atomic<uint64_t> g_last_cost_ns{0};  // for graphs, whose nodes' sizes are not at hand
 
-// A process with a role tells the daemon what it launches; a gated one first takes tokens.
-// Before the launch: the context is published once for the progress thread; in training, the
-// work queued before an NCCL kernel gets a completion marker, so the collective is a bubble.
-inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, uint64_t cost) noexcept {
+// True when this launch must take tokens: always for batch inference; for training only
+// while the daemon gates it (policy slo). Never an NCCL kernel: holding back one rank's
+// collective would stall its peers.
+inline bool gated_launch(KernelKind kind) noexcept {
+  if (g_role == TANDEM_ROLE_BATCH_INFERENCE) return true;
+  if (g_role != TANDEM_ROLE_TRAINING || kind == KernelKind::nccl) return false;
+  tandem_slot* slot = current_slot();
+  return slot && __atomic_load_n(&slot->gate, __ATOMIC_RELAXED) != TANDEM_GATE_OPEN;
+}
+
+// A process with a role tells the daemon what it launches; a gated one first takes tokens
+// for `cost` (ns of estimated GPU work). Before the launch: the context is published once for
+// the progress thread; in training, the work queued before an NCCL kernel gets a completion
+// marker, so the collective is a bubble.
+inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, bool gated, uint64_t cost) noexcept {
   if (__builtin_expect(!g_notes.context.load(std::memory_order_relaxed), 0)) {
     CUcontext ctx = nullptr;
     if (g_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) g_notes.context.store(ctx, std::memory_order_release);
   }
+  if (gated) gate_take(cost);
   if (g_role == TANDEM_ROLE_INFERENCE) {
     request_launch();
-  } else if (g_role == TANDEM_ROLE_BATCH_INFERENCE) {
-    gate_take(cost);
-  } else if (kind == KernelKind::nccl && g_notes.work_since_marker.load(std::memory_order_relaxed)) {
+  } else if (g_role == TANDEM_ROLE_TRAINING && kind == KernelKind::nccl &&
+             g_notes.work_since_marker.load(std::memory_order_relaxed)) {
     record_marker_now(s, per_thread);
   }
 }
@@ -66,9 +77,10 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
   KernelKind kind = kernel_kind(f);
   bool managed = g_role != TANDEM_ROLE_NONE;
   if (managed) {
-    uint64_t cost = g_role == TANDEM_ROLE_BATCH_INFERENCE ? launch_cost_ns(d.gx, d.gy, d.gz, d.bx, d.by, d.bz) : 0;
+    bool gated = gated_launch(kind);
+    uint64_t cost = gated ? launch_cost_ns(d.gx, d.gy, d.gz, d.bx, d.by, d.bz) : 0;
     if (cost) g_last_cost_ns.store(cost, std::memory_order_relaxed);
-    before_managed_launch(kind, s, per_thread_stream, cost);
+    before_managed_launch(kind, s, per_thread_stream, gated, cost);
   }
   CUresult r = call();
   if (__builtin_expect(r == CUDA_SUCCESS, 1)) {
@@ -93,7 +105,10 @@ inline CUresult launch_graph(Entry entry, CUgraphExec exec, CUstream s, bool per
   uint64_t kernels = nodes & 0xffffffffu, nccl = nodes >> 32;
   bool managed = g_role != TANDEM_ROLE_NONE;
   // A graph is charged by its content: its kernel nodes at the process's recent kernel cost.
-  if (managed) before_managed_launch(KernelKind::compute, s, per_thread_stream, kernels * g_last_cost_ns.load());
+  if (managed) {
+    bool gated = gated_launch(KernelKind::compute);
+    before_managed_launch(KernelKind::compute, s, per_thread_stream, gated, gated ? kernels * g_last_cost_ns.load() : 0);
+  }
   CUresult r = call();
   if (r == CUDA_SUCCESS) {
     if (managed && kernels > nccl) after_managed_launch(KernelKind::compute, s, per_thread_stream, kernels - nccl);

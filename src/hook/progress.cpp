@@ -1,8 +1,13 @@
 #include "progress.h"
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -11,6 +16,7 @@
 #include "counters.h"
 #include "log.h"
 #include "memory_quota.h"
+#include "online_requests.h"
 #include "real_driver.h"
 #include "settings.h"
 
@@ -71,18 +77,16 @@ void record_from_progress_thread(CUstream s, bool per_thread, bool nccl) {
 
 // The work between two markers was launched after the first was recorded, so it ran no
 // earlier than the later of that and the first one's completion: its measured length over its
-// estimate rescales the process's ns-per-thread estimate (an exponential average, each update
-// clamped, so one odd window — an idle GPU, a slow poll — cannot swing it).
+// estimate rescales the process's ns-per-thread estimate (next_cost_estimate).
 void calibrate(const Marker& previous, const Marker& m, uint64_t now) {
   uint64_t estimated = m.issued_ns - previous.issued_ns;
   if (m.issued_ns <= previous.issued_ns || estimated < 10000) return;
   uint64_t began = g_last_completion > previous.recorded_at ? g_last_completion : previous.recorded_at;
   if (now <= began) return;
   double ratio = static_cast<double>(now - began) / static_cast<double>(estimated);
-  if (ratio < 0.25) ratio = 0.25;
-  if (ratio > 4.0) return;  // the GPU was mostly idle or busy with others: not a measurement
+  if (ratio > 64.0) return;  // the GPU sat idle, or the process did: not a measurement
   double q10 = static_cast<double>(g_ns_per_thread_q10.load(std::memory_order_relaxed));
-  double updated = q10 * (0.9 + 0.1 * ratio);
+  double updated = next_cost_estimate(q10, ratio);
   g_ns_per_thread_q10.store(updated < 1 ? 1 : static_cast<uint64_t>(updated), std::memory_order_relaxed);
 }
 
@@ -90,6 +94,7 @@ void calibrate(const Marker& previous, const Marker& m, uint64_t now) {
 void poll_markers(uint64_t now) {
   tandem_slot* slot = current_slot();
   std::lock_guard<std::mutex> lock(g_marker_mutex);
+  bool progressed = false;
   while (g_tail < g_head) {
     Marker& m = g_ring[g_tail % kMarkers];
     CUresult q = g_real.cuEventQuery(m.event);
@@ -106,7 +111,14 @@ void poll_markers(uint64_t now) {
       __atomic_store_n(&slot->completed_ns, m.issued_ns, __ATOMIC_RELEASE);
       __atomic_store_n(&slot->last_completion_ns, now, __ATOMIC_RELEASE);
       __atomic_fetch_add(&slot->markers_completed, 1, __ATOMIC_RELEASE);
+      progressed = true;
     }
+  }
+  // A launch of this process may be waiting for its in-flight work to drop (policy slo).
+  if (progressed && __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_ACQUIRE) &&
+      __atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) != TANDEM_GATE_OPEN) {
+    __atomic_fetch_add(&slot->wake, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &slot->wake, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
   }
 }
 
@@ -153,6 +165,7 @@ void* progress_main(void*) {
       __atomic_store_n(&slot->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&slot->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
       memory_pressure_tick(now);
+      if (g_role == TANDEM_ROLE_INFERENCE) publish_request_latency();
       if (g_notes.work_since_marker.load(std::memory_order_relaxed) &&
           !g_notes.last_was_nccl.load(std::memory_order_relaxed))
         record_from_progress_thread(g_notes.last_stream.load(std::memory_order_relaxed),
@@ -169,6 +182,12 @@ void* progress_main(void*) {
 }
 
 }  // namespace
+
+double next_cost_estimate(double estimate, double ratio) noexcept {
+  ratio = std::clamp(ratio, 0.25, 4.0);
+  double weight = ratio < 1.0 ? 0.1 : 0.02;
+  return estimate * (1.0 - weight + weight * ratio);
+}
 
 uint64_t launch_cost_ns(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) noexcept {
   uint64_t threads = static_cast<uint64_t>(gx) * gy * gz * bx * by * bz;

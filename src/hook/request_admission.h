@@ -1,17 +1,16 @@
-// Online inference (TANDEM_ROLE=inference) under the fill policy, SpecInF principle II: a
-// request runs in a bubble only if the bubble can hold it. A request is seen transparently as
-// the launches between two host synchronizations; its GPU time is learned. At a request's
-// first launch the process waits until the GPU is in a bubble whose predicted end leaves room
-// for the request, at most TANDEM_SLO_MS, and fails open when the daemon stops ticking.
-// Limits: a process that synchronizes inside a request, or interleaves requests from several
-// threads, is seen as shorter or merged requests.
+// Online inference (TANDEM_ROLE=inference) under policy `fill`, SpecInF principle II: a
+// request runs in a bubble only if the bubble can hold it. At a request's start the process
+// waits until the GPU is in a bubble whose predicted end leaves room for the request's learned
+// GPU time, at most TANDEM_SLO_MS, and fails open when the daemon stops ticking. Under policy
+// `slo` online inference is the protected job and never waits.
 #pragma once
+#include <cstdint>
+
+#include "tandem/shm_abi.h"
 
 namespace tandem::hook {
 
-// Launch path of an inference process: admits a new request (may wait, bounded).
-void request_launch() noexcept;
-// A host synchronization returned: the open request, if any, has ended.
-void request_synchronized() noexcept;
+// Waits (bounded) until the request that arrived at `arrival_ns` may run.
+void admit_request(tandem_slot* slot, tandem_shm_header* shm, uint64_t arrival_ns) noexcept;
 
 }  // namespace tandem::hook

@@ -43,23 +43,24 @@ FillPhase FillPolicy::step(GpuPhase gpu, bool communicating, uint64_t now_ns, ui
   }
   // Work still in flight when training resumes delays training by that much: near the
   // bubble's predicted end, allow only what can finish before it.
-  int64_t bound = static_cast<int64_t>(p_.max_inflight_ns);
+  int64_t bound = static_cast<int64_t>(std::min(p_.max_inflight_ns, inflight_limit_ns_));
   if (predicted_end_ns) bound = std::min<int64_t>(bound, predicted_end_ns > now_ns ? static_cast<int64_t>(predicted_end_ns - now_ns) : 0);
-  grant(fillers, bound, grants);
+  grant_shares(fillers, static_cast<int64_t>(rate_ * static_cast<double>(p_.period_ns)), bound, phase_ == FillPhase::stable,
+               grants);
   return phase_;
 }
 
-void FillPolicy::grant(const std::vector<FillerState>& fillers, int64_t inflight_bound, std::vector<Grant>& grants) const {
-  auto wanting = std::count_if(fillers.begin(), fillers.end(), [](const FillerState& f) { return f.wants_work; });
+void grant_shares(const std::vector<FillerState>& clients, int64_t rate_ns, int64_t inflight_bound, bool top_up,
+                  std::vector<Grant>& grants) {
+  auto wanting = std::count_if(clients.begin(), clients.end(), [](const FillerState& f) { return f.wants_work; });
   if (wanting == 0) return;
   auto n = static_cast<int64_t>(wanting);
-  int64_t share = static_cast<int64_t>(rate_ * static_cast<double>(p_.period_ns)) / n;
+  int64_t share = rate_ns / n;
   int64_t inflight_share = inflight_bound / n;
-  for (const FillerState& f : fillers) {
+  for (const FillerState& f : clients) {
     if (!f.wants_work) continue;
-    // Room under the in-flight share; a debt (negative balance) gives no extra room.
     int64_t room = inflight_share - static_cast<int64_t>(f.inflight_ns) - std::max<int64_t>(f.tokens_ns, 0);
-    int64_t amount = phase_ == FillPhase::stable ? room : std::min(share, room);
+    int64_t amount = top_up ? room : std::min(share, room);
     if (amount > 0) grants.push_back({f.id, amount});
   }
 }

@@ -45,6 +45,7 @@ struct FillParams {
 
 enum class FillPhase { closed, communication, conservative, incremental, stable };
 
+// A gated client (a filler, or training under policy slo) as the daemon sees it.
 struct FillerState {
   int id;
   uint64_t inflight_ns;  // launched, not yet completed (estimated)
@@ -56,6 +57,13 @@ struct Grant {
   int id;
   int64_t tokens_ns;  // to add this period
 };
+
+// Splits `rate_ns` of tokens for this period and `inflight_bound` equally among the clients
+// that want work: each gets min(its rate share, room under its in-flight share), or all the
+// room when `top_up`. inflight_ns + unspent tokens + grant <= inflight_bound / n, because
+// unspent tokens become in-flight work without asking again; a debt gives no extra room.
+void grant_shares(const std::vector<FillerState>& clients, int64_t rate_ns, int64_t inflight_bound, bool top_up,
+                  std::vector<Grant>& grants);
 
 class FillPolicy {
  public:
@@ -72,12 +80,14 @@ class FillPolicy {
   // Fraction of a period granted in the last step (0 closed/conservative, 1 stable).
   double rate() const { return rate_; }
   static const char* phase_name(FillPhase p);
+  // A further bound on the fillers' in-flight work (policy slo: online inference's window).
+  void limit_inflight(uint64_t ns) { inflight_limit_ns_ = ns; }
 
  private:
   FillPhase choose_phase(GpuPhase gpu, uint64_t age_ns) const;
-  void grant(const std::vector<FillerState>& fillers, int64_t inflight_bound, std::vector<Grant>& grants) const;
 
   FillParams p_;
+  uint64_t inflight_limit_ns_ = UINT64_MAX;
   FillPhase phase_ = FillPhase::closed;
   uint64_t bubble_started_ns_ = 0;  // the bubble the incremental count belongs to
   int incremental_steps_ = 0;

@@ -22,13 +22,52 @@ void wake(tandem_slot& s) { wake_word(&s.wake); }
 }  // namespace
 
 GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
-    : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill) {
+    : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill), slo_(params.slo) {
   if (segment_.ok()) {
     segment_.shm()->sample_us = params.period_ns / 1000;
+    segment_.shm()->policy = params.policy;
+    segment_.shm()->control_seq = slo_.control_seq();
+    segment_.shm()->training_duty_ppm = 1000000;
     // Alive from the start: a client registering before the first tick must not see a stale daemon.
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     segment_.shm()->daemon_heartbeat_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  }
+}
+
+namespace {
+FillerState gated_state(int id, const tandem_slot& s) {
+  uint64_t issued = __atomic_load_n(&s.issued_ns, __ATOMIC_ACQUIRE);
+  uint64_t completed = __atomic_load_n(&s.completed_ns, __ATOMIC_ACQUIRE);
+  return {id, issued > completed ? issued - completed : 0, __atomic_load_n(&s.tokens, __ATOMIC_ACQUIRE), true};
+}
+
+OnlineClient online_state(const tandem_slot& s) {
+  OnlineClient c;
+  c.requests_open = __atomic_load_n(&s.requests_open, __ATOMIC_ACQUIRE);
+  c.activity_ns = __atomic_load_n(&s.request_activity_ns, __ATOMIC_ACQUIRE);
+  c.latency_seq = __atomic_load_n(&s.latency_seq, __ATOMIC_ACQUIRE);
+  c.latency_ns = __atomic_load_n(&s.latency_ns, __ATOMIC_ACQUIRE);
+  c.samples = __atomic_load_n(&s.latency_samples, __ATOMIC_ACQUIRE);
+  c.slo_ns = static_cast<uint64_t>(__atomic_load_n(&s.slo_us, __ATOMIC_ACQUIRE)) * 1000;
+  return c;
+}
+}  // namespace
+
+void GpuScheduler::set_gates(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint32_t gate) {
+  for (const FillerState& f : clients) {
+    tandem_slot& s = shm->slots[f.id];
+    if (__atomic_exchange_n(&s.gate, gate, __ATOMIC_ACQ_REL) != gate && gate == TANDEM_GATE_OPEN) wake(s);
+  }
+}
+
+void GpuScheduler::apply(tandem_shm_header* shm, const std::vector<Grant>& grants, uint64_t now_ns) {
+  for (const Grant& g : grants) {
+    tandem_slot& s = shm->slots[g.id];
+    __atomic_fetch_add(&s.tokens, g.tokens_ns, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&s.granted_ns, static_cast<uint64_t>(g.tokens_ns), __ATOMIC_RELAXED);
+    wake(s);
+    trace_.add({now_ns, 'G', s.pid, g.tokens_ns});
   }
 }
 
@@ -38,14 +77,16 @@ void GpuScheduler::tick(uint64_t now_ns) {
   __atomic_store_n(&shm->daemon_heartbeat_ns, now_ns, __ATOMIC_RELEASE);
 
   TrainingSample sample{now_ns, 0, 0, 0};
-  int training = 0;
   uint64_t collectives_pending = 0;  // NCCL markers recorded but not passed
+  uint64_t inference_slots = 0;
   fillers_.clear();
+  training_.clear();
+  online_.clear();
   for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
     tandem_slot& s = shm->slots[i];
     if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
     if (s.role == TANDEM_ROLE_TRAINING) {
-      ++training;
+      training_.push_back(gated_state(static_cast<int>(i), s));
       sample.launches += __atomic_load_n(&s.launches, __ATOMIC_ACQUIRE);
       sample.markers_recorded += __atomic_load_n(&s.markers_recorded, __ATOMIC_ACQUIRE);
       sample.markers_completed += __atomic_load_n(&s.markers_completed, __ATOMIC_ACQUIRE);
@@ -53,19 +94,40 @@ void GpuScheduler::tick(uint64_t now_ns) {
       uint64_t nccl_recorded = __atomic_load_n(&s.nccl_markers_recorded, __ATOMIC_ACQUIRE);
       if (nccl_recorded > nccl_completed) collectives_pending += nccl_recorded - nccl_completed;
     } else if (gated(s.role)) {
-      uint64_t issued = __atomic_load_n(&s.issued_ns, __ATOMIC_ACQUIRE);
-      uint64_t completed = __atomic_load_n(&s.completed_ns, __ATOMIC_ACQUIRE);
-      fillers_.push_back({static_cast<int>(i), issued > completed ? issued - completed : 0,
-                          __atomic_load_n(&s.tokens, __ATOMIC_ACQUIRE), true});
+      fillers_.push_back(gated_state(static_cast<int>(i), s));
+    } else if (s.role == TANDEM_ROLE_INFERENCE) {
+      inference_slots |= 1ull << i;
+      online_.push_back(online_state(s));
     }
   }
+  const bool training = !training_.empty();
+  __atomic_store_n(&shm->inference_slots, inference_slots, __ATOMIC_RELEASE);
 
-  // Without a training job there is nothing to protect: fillers run ungated.
-  uint32_t gate = training ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN;
-  for (const FillerState& f : fillers_) {
-    tandem_slot& s = shm->slots[f.id];
-    if (__atomic_exchange_n(&s.gate, gate, __ATOMIC_ACQ_REL) != gate && gate == TANDEM_GATE_OPEN) wake(s);
+  // Policy slo: the best-effort job (training, else the fillers) is gated while online
+  // inference is active, at the controller's duty cycle.
+  const bool slo = params_.policy == TANDEM_POLICY_SLO;
+  if (slo) {
+    std::vector<FillerState>& best_effort = training ? training_ : fillers_;
+    slo_.step(now_ns, online_, best_effort, grants_);
+    __atomic_store_n(&shm->control_seq, slo_.control_seq(), __ATOMIC_RELEASE);
+    __atomic_store_n(&shm->training_duty_ppm, static_cast<uint32_t>(slo_.duty() * 1e6), __ATOMIC_RELAXED);
+    set_gates(shm, best_effort, slo_.active() ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
+    uint64_t share = slo_.active() ? slo_.inflight_share_ns(best_effort.size()) : 0;
+    for (const FillerState& f : best_effort) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, share, __ATOMIC_RELEASE);
+    apply(shm, grants_, now_ns);
+    // Said once each time it happens: holding training back can no longer hold the target.
+    if (slo_.controller().saturated() && !slo_saturated_warned_)
+      TANDEM_LOG_WARN("slo: online inference is over its latency target with training at the minimum duty cycle "
+                      "({:.0f}%): the target cannot be held by holding training back (is inference alone over it?)",
+                      slo_.duty() * 100);
+    slo_saturated_warned_ = slo_.controller().saturated();
+    policy_.limit_inflight(slo_.active() ? slo_.inflight_bound_ns() : UINT64_MAX);
   }
+
+  // Without a training job there is nothing to protect: fillers run ungated (unless the slo
+  // policy gates them above).
+  if (training) set_gates(shm, fillers_, TANDEM_GATE_TOKENS);
+  else if (!slo) set_gates(shm, fillers_, TANDEM_GATE_OPEN);
   GpuPhase phase = training ? detector_.update(sample) : GpuPhase::bubble;
   __atomic_store_n(&shm->predicted_bubble_end_ns, training ? detector_.predicted_bubble_end_ns() : 0, __ATOMIC_RELEASE);
   __atomic_store_n(&shm->gpu_phase, !training ? TANDEM_GPU_NO_TRAINING
@@ -88,13 +150,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
       if (left > 0) trace_.add({now_ns, 'R', s.pid, left});
     }
   }
-  for (const Grant& g : grants_) {
-    tandem_slot& s = shm->slots[g.id];
-    __atomic_fetch_add(&s.tokens, g.tokens_ns, __ATOMIC_ACQ_REL);
-    __atomic_fetch_add(&s.granted_ns, static_cast<uint64_t>(g.tokens_ns), __ATOMIC_RELAXED);
-    wake(s);
-    trace_.add({now_ns, 'G', s.pid, g.tokens_ns});
-  }
+  apply(shm, grants_, now_ns);
 }
 
 // Admission checks (SpecInF principles I and II). Principle II: an online filler whose single request takes longer than the longest

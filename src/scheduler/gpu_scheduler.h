@@ -1,6 +1,8 @@
-// The per-GPU loop of tandemd (DESIGN §5, policy `fill`): every sample period it sums the
-// training clients' progress, asks the bubble detector where the GPU stands, and lets the fill
-// policy grant tokens to the gated clients (or take them back), waking any that wait.
+// The per-GPU loop of tandemd (DESIGN §5): every sample period it sums the training clients'
+// progress, asks the bubble detector where the GPU stands, and lets the fill policy grant
+// tokens to the fillers (or take them back), waking any that wait. Under policy `slo` the slo
+// policy also gates training (and, without training, the fillers) while online inference is
+// active, at the duty cycle its controller sets.
 #pragma once
 #include <cstdint>
 #include <set>
@@ -10,6 +12,7 @@
 #include "bubble_detector.h"
 #include "fill_policy.h"
 #include "gpu_segment.h"
+#include "slo_policy.h"
 #include "trace.h"
 
 namespace tandem::scheduler {
@@ -18,6 +21,8 @@ struct SchedulerParams {
   uint64_t period_ns = 1000000;
   int quiet_samples = 1;
   FillParams fill;
+  uint32_t policy = TANDEM_POLICY_FILL;
+  SloParams slo;
 };
 
 class GpuScheduler {
@@ -33,6 +38,8 @@ class GpuScheduler {
   // Training's collectives (NCCL kernels) still running at the last tick.
   bool communicating() const { return communicating_; }
   const BubbleDetector& detector() const { return detector_; }
+  uint32_t policy() const { return params_.policy; }
+  const SloPolicy& slo() const { return slo_; }
   uint64_t ticks() const { return ticks_; }
   uint64_t tick_ns_total() const { return tick_ns_total_; }
   Trace& trace() { return trace_; }
@@ -44,16 +51,21 @@ class GpuScheduler {
   GpuSegment segment_;
   BubbleDetector detector_;
   FillPolicy policy_;
+  SloPolicy slo_;
   bool communicating_ = false;
   Trace trace_;
-  std::vector<FillerState> fillers_;
+  std::vector<FillerState> fillers_, training_;
+  std::vector<OnlineClient> online_;
   std::vector<Grant> grants_;
   void check_admission(tandem_shm_header* shm);
+  void set_gates(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint32_t gate);
+  void apply(tandem_shm_header* shm, const std::vector<Grant>& grants, uint64_t now_ns);
 
   GpuPhase last_phase_ = GpuPhase::busy;
   std::vector<std::string> refusals_;
   std::set<uint64_t> warned_;  // (slot, generation) already warned about
   bool memory_warned_ = false;
+  bool slo_saturated_warned_ = false;
   uint64_t ticks_ = 0, tick_ns_total_ = 0;
 };
 

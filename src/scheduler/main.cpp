@@ -17,9 +17,11 @@ extern char** environ;
 namespace {
 
 const char* kUsage =
-    "usage: tandemd [--socket PATH] [--policy fill] [--foreground] [--config FILE] [--log LEVEL]\n"
+    "usage: tandemd [--socket PATH] [--policy fill|slo] [--foreground] [--config FILE] [--log LEVEL]\n"
     "  --socket PATH   UNIX socket (default: TANDEM_SOCKET, else /run/tandem/tandemd.sock)\n"
-    "  --policy NAME   scheduling policy: fill (default)\n"
+    "  --policy NAME   scheduling policy: fill (default): training protected, fillers use its\n"
+    "                  bubbles; slo: online inference held at its latency target (TANDEM_SLO_MS),\n"
+    "                  training gets the rest\n"
     "  --foreground    stay in the foreground (default: daemonize)\n"
     "  --config FILE   JSON object with the same keys: socket, policy, foreground, log\n"
     "  --log LEVEL     error | warn | info | debug (default: TANDEM_LOG, else info)\n";
@@ -34,7 +36,7 @@ void on_signal(int) {
   std::exit(2);
 }
 
-bool valid_policy(const std::string& p) { return p == "fill"; }
+bool valid_policy(const std::string& p) { return p == "fill" || p == "slo"; }
 
 int level_of(const std::string& name) {
   const char* names[] = {"error", "warn", "info", "debug"};
@@ -59,6 +61,11 @@ int main(int argc, char** argv) {
   sp.fill.stable_after_ns = us(SettingId::TANDEM_FILL_STABLE_US);
   sp.fill.max_inflight_ns = us(SettingId::TANDEM_MAX_INFLIGHT_US);
   sp.fill.fill_during_comm = setting_bool(SettingId::TANDEM_FILL_COMM);
+  sp.slo.period_ns = sp.period_ns;
+  sp.slo.control_period_ns = us(SettingId::TANDEM_SLO_PERIOD_MS) * 1000;
+  if (sp.slo.control_period_ns < 10 * sp.period_ns) sp.slo.control_period_ns = 10 * sp.period_ns;
+  sp.slo.window_ns = us(SettingId::TANDEM_SLO_WINDOW_US);
+  sp.slo.idle_ns = us(SettingId::TANDEM_SLO_IDLE_MS) * 1000;
   bool foreground = false;
   std::string log = tandem::setting_was_set(tandem::SettingId::TANDEM_LOG)
                         ? tandem::setting_text(tandem::SettingId::TANDEM_LOG) : "info";
@@ -90,7 +97,8 @@ int main(int argc, char** argv) {
       return 0;
     } else fail("unknown argument " + a);
   }
-  if (!valid_policy(options.policy)) fail("unknown policy '" + options.policy + "' (accepted: fill)");
+  if (!valid_policy(options.policy)) fail("unknown policy '" + options.policy + "' (accepted: fill, slo)");
+  sp.policy = options.policy == "slo" ? TANDEM_POLICY_SLO : TANDEM_POLICY_FILL;
   if (level_of(log) < 0) fail("unknown log level '" + log + "'");
   tandem::set_log_level(static_cast<tandem::LogLevel>(level_of(log)));
 

@@ -359,7 +359,20 @@ std::string Server::status_json() const {
                        {"admission_wait_ms", static_cast<double>(s.admission_wait_ns) / 1e6},
                        {"bytes_in_use", s.bytes_in_use}, {"peak_bytes", s.peak_bytes},
                        {"quota_bytes", s.quota_bytes}, {"assigned_quota_bytes", s.assigned_quota_bytes},
-                       {"quota_refusals", s.quota_refusals}});
+                       {"quota_refusals", s.quota_refusals}, {"requests_open", s.requests_open},
+                       {"latency_ms", static_cast<double>(s.latency_ns) / 1e6}, {"latency_samples", s.latency_samples},
+                       {"slo_ms", s.slo_us / 1e3}});
+    }
+    nlohmann::json slo = nullptr;
+    if (g->policy() == TANDEM_POLICY_SLO) {
+      const SloPolicy& p = g->slo();
+      nlohmann::json history = nlohmann::json::array();
+      for (const ControlRecord& r : p.history())
+        history.push_back({{"t_s", static_cast<double>(r.t_ns - started_ns_) / 1e9}, {"latency_ms", r.latency_ms},
+                           {"target_ms", r.target_ms}, {"duty", r.duty}, {"samples", r.samples}, {"active", r.active}});
+      slo = {{"active", p.active()}, {"duty", p.duty()}, {"gain_estimate", p.controller().gain_estimate()},
+             {"saturated", p.controller().saturated()}, {"inflight_bound_ms", static_cast<double>(p.inflight_bound_ns()) / 1e6},
+             {"control_periods", p.control_seq() - 1}, {"history", history}};
     }
     gpus.push_back({{"uuid", uuid},
                     {"phase", g->gpu_phase() == GpuPhase::bubble ? "bubble" : "busy"},
@@ -370,6 +383,7 @@ std::string Server::status_json() const {
                     {"mean_busy_ms", static_cast<double>(d.mean_busy_ns()) / 1e6},
                     {"longest_bubble_ms", static_cast<double>(d.longest_bubble_ns()) / 1e6},
                     {"admission_refused", g->refusals()},
+                    {"slo", slo},
                     {"slots", slots}});
   }
   nlohmann::json j = {{"gpus", gpus},

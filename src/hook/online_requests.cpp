@@ -1,0 +1,176 @@
+#include "online_requests.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <mutex>
+
+#include "daemon_link.h"
+#include "hooks.h"
+#include "progress.h"
+#include "real_driver.h"
+#include "request_admission.h"
+#include "settings.h"
+
+namespace tandem::hook {
+
+namespace {
+
+std::atomic<bool> g_explicit{false};
+std::atomic<bool> g_transparent_open{false};
+std::atomic<uint64_t> g_transparent_start{0};
+
+// Latencies of the requests ended in the daemon's current control interval. Appended at each
+// request's end (a synchronization or the client API, never a launch), read by the progress
+// thread. Beyond kSamples a request only counts: the percentile is then that of the first ones.
+constexpr size_t kSamples = 4096;
+std::mutex g_samples_mutex;
+uint64_t g_samples[kSamples];
+uint32_t g_sample_count = 0;
+uint32_t g_interval = 0;  // the control_seq the samples belong to
+bool g_fresh = false;     // samples added since the last publication
+
+void request_opened(tandem_slot* slot, uint64_t now) noexcept {
+  __atomic_fetch_add(&slot->requests_open, 1, __ATOMIC_ACQ_REL);
+  __atomic_store_n(&slot->request_activity_ns, now, __ATOMIC_RELEASE);
+}
+
+// One request fewer open; never below zero (an end without a begin, or a request begun
+// before the slot existed).
+void decrement_open(tandem_slot* slot) noexcept {
+  uint32_t open = __atomic_load_n(&slot->requests_open, __ATOMIC_ACQUIRE);
+  while (open > 0 && !__atomic_compare_exchange_n(&slot->requests_open, &open, open - 1, false, __ATOMIC_ACQ_REL,
+                                                  __ATOMIC_ACQUIRE)) {
+  }
+}
+
+void request_closed(tandem_slot* slot, uint64_t now, uint64_t latency_ns) noexcept {
+  decrement_open(slot);
+  __atomic_store_n(&slot->request_activity_ns, now, __ATOMIC_RELEASE);
+  // Best-effort work held back while the request ran may go now.
+  if (tandem_shm_header* shm = g_shm.load(std::memory_order_acquire)) {
+    __atomic_fetch_add(&shm->request_seq, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &shm->request_seq, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+  uint64_t mean = __atomic_load_n(&slot->request_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->request_ns, mean ? (mean * 7 + latency_ns) / 8 : latency_ns, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&slot->requests, 1, __ATOMIC_RELAXED);
+  std::lock_guard<std::mutex> lock(g_samples_mutex);
+  if (g_sample_count < kSamples) g_samples[g_sample_count] = latency_ns;
+  if (g_sample_count < UINT32_MAX) ++g_sample_count;
+  g_fresh = true;
+}
+
+// Nearest-rank percentile of v[0..n), n > 0 (reorders v).
+uint64_t percentile(uint64_t* v, size_t n, long long pctl) noexcept {
+  size_t rank = static_cast<size_t>((static_cast<unsigned long long>(pctl) * n + 99) / 100);
+  size_t index = rank ? rank - 1 : 0;
+  std::nth_element(v, v + index, v + n);
+  return v[index];
+}
+
+}  // namespace
+
+void request_launch() noexcept {
+  if (g_explicit.load(std::memory_order_relaxed) || g_transparent_open.load(std::memory_order_relaxed) ||
+      g_transparent_open.exchange(true))
+    return;
+  uint64_t arrival = monotonic_ns();
+  tandem_slot* slot = current_slot();
+  tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
+  if (!slot || !shm) {  // not linked: timed, not announced
+    g_transparent_start.store(arrival, std::memory_order_relaxed);
+    return;
+  }
+  admit_request(slot, shm, arrival);
+  uint64_t start = monotonic_ns();  // the request's time starts when it may run
+  g_transparent_start.store(start, std::memory_order_relaxed);
+  request_opened(slot, start);
+}
+
+void request_synchronized() noexcept {
+  if (g_explicit.load(std::memory_order_relaxed) || !g_transparent_open.exchange(false)) return;
+  tandem_slot* slot = current_slot();
+  if (!slot) return;
+  uint64_t now = monotonic_ns();
+  request_closed(slot, now, now - g_transparent_start.load(std::memory_order_relaxed));
+}
+
+uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept {
+  // Explicit from now on: a transparent request still open ends here, and what was measured
+  // transparently (a warm-up, model loading) does not count.
+  if (!g_explicit.exchange(true)) {
+    if (g_transparent_open.exchange(false))
+      if (tandem_slot* slot = current_slot()) decrement_open(slot);
+    std::lock_guard<std::mutex> lock(g_samples_mutex);
+    g_sample_count = 0;
+    g_fresh = true;  // publishes "nothing measured" over what may have been published
+  }
+  uint64_t now = monotonic_ns();
+  uint64_t begin = arrival_ns && arrival_ns <= now ? arrival_ns : now;
+  tandem_slot* slot = current_slot();
+  tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
+  if (slot && shm) {
+    admit_request(slot, shm, begin);
+    request_opened(slot, monotonic_ns());
+  }
+  return begin;
+}
+
+void explicit_request_end(uint64_t begin_ns) noexcept {
+  tandem_slot* slot = current_slot();
+  uint64_t now = monotonic_ns();
+  if (slot && begin_ns && begin_ns <= now) request_closed(slot, now, now - begin_ns);
+}
+
+void publish_request_latency() noexcept {
+  tandem_slot* slot = current_slot();
+  tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
+  if (!slot || !shm) return;
+  __atomic_store_n(&slot->slo_us, static_cast<uint32_t>(std::min<long long>(setting_int(SettingId::TANDEM_SLO_MS) * 1000, UINT32_MAX)),
+                   __ATOMIC_RELAXED);
+  static uint64_t sorted[kSamples];  // the progress thread's alone
+  size_t n = 0;
+  uint32_t count = 0, interval = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_samples_mutex);
+    uint32_t seq = __atomic_load_n(&shm->control_seq, __ATOMIC_ACQUIRE);
+    if (seq != g_interval) {  // a new control interval: measure it afresh
+      g_interval = seq;
+      g_sample_count = 0;
+      g_fresh = false;
+      return;
+    }
+    if (!g_fresh) return;
+    g_fresh = false;
+    count = g_sample_count;
+    interval = g_interval;
+    n = std::min<size_t>(count, kSamples);
+    std::copy(g_samples, g_samples + n, sorted);
+  }
+  long long pctl = std::clamp<long long>(setting_int(SettingId::TANDEM_SLO_PCTL), 1, 100);
+  __atomic_store_n(&slot->latency_ns, n ? percentile(sorted, n, pctl) : 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->latency_samples, count, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->latency_seq, interval, __ATOMIC_RELEASE);
+}
+
+// ---- the synchronization hooks ----
+namespace {
+inline CUresult synchronized(CUresult r) noexcept {
+  if (g_role == TANDEM_ROLE_INFERENCE) request_synchronized();
+  return r;
+}
+}  // namespace
+
+CUresult hook_cuStreamSynchronize(CUstream s) noexcept { return synchronized(g_real.cuStreamSynchronize(s)); }
+CUresult hook_cuStreamSynchronize_ptsz(CUstream s) noexcept {
+  return synchronized(g_real.cuStreamSynchronize_ptsz(s));
+}
+CUresult hook_cuCtxSynchronize() noexcept { return synchronized(g_real.cuCtxSynchronize()); }
+CUresult hook_cuEventSynchronize(CUevent e) noexcept { return synchronized(g_real.cuEventSynchronize(e)); }
+
+}  // namespace tandem::hook

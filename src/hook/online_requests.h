@@ -1,0 +1,34 @@
+// The requests of an online inference process (TANDEM_ROLE=inference): when one is open (the
+// slot's requests_open, which holds best-effort work back under policy `slo`), how long each
+// took, and the TANDEM_SLO_PCTL-th percentile of those latencies per control interval of the
+// daemon, published in the slot for its controller.
+//
+// Two ways to see a request:
+//   transparent  the launches between two host synchronizations (cuStreamSynchronize,
+//                cuCtxSynchronize, cuEventSynchronize): begins at the first launch after a
+//                synchronization, ends when the next one returns. Latency is measured from
+//                that first launch, so time a request spent queued in the server before its
+//                first launch is not seen. A process that synchronizes inside a request, or
+//                interleaves requests from several threads, is seen as shorter or merged
+//                requests.
+//   explicit     tandem_request_begin/end (include/tandem/client.h): exact, from the arrival
+//                time the server gives, any number of requests open at once. The first call
+//                switches the process to explicit mode for good.
+#pragma once
+#include <cstdint>
+
+namespace tandem::hook {
+
+// Launch path of an inference process: a launch after a synchronization begins a request.
+void request_launch() noexcept;
+// A host synchronization returned: the open transparent request has ended.
+void request_synchronized() noexcept;
+
+// The client API. begin returns the request's start (arrival_ns, or now when 0).
+uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept;
+void explicit_request_end(uint64_t begin_ns) noexcept;
+
+// Progress thread, every tick: publishes the current interval's percentile in the slot.
+void publish_request_latency() noexcept;
+
+}  // namespace tandem::hook

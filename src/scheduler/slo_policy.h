@@ -1,0 +1,85 @@
+// Policy `slo` (DESIGN §5; SIRIUS's priority, GPUColo's controller, XSched's bounded
+// in-flight work): online inference is protected to its latency target, training is
+// best-effort. Pure logic, time passed in; the daemon's per-GPU loop applies the result.
+//
+//   idle    no online request open, none for idle_ns: training runs ungated.
+//   active  training is gated: each period it may launch duty * period of GPU work, with at
+//           most duty * window_ns launched but unfinished, so a request that starts waits at
+//           most for that. The clients enforce the in-flight bound themselves (the slot's
+//           inflight_bound_ns: they see their completions first) and hold all launches while
+//           an online request is open (src/hook/gate.cpp).
+// Every control_period_ns the latencies the inference processes measured in the interval
+// just ended (each its TANDEM_SLO_PCTL-th percentile) are compared with their targets; the
+// worst ratio drives the controller (slo_controller.h), which sets the duty cycle. Then a new
+// interval begins (control_seq + 1): clients measure each interval afresh.
+#pragma once
+#include <cstdint>
+#include <cstddef>
+#include <deque>
+#include <vector>
+
+#include "fill_policy.h"
+#include "slo_controller.h"
+
+namespace tandem::scheduler {
+
+// Defaults match the daemon's settings table (TANDEM_SLO_*).
+struct SloParams {
+  uint64_t period_ns = 1000000;             // the daemon's tick
+  uint64_t control_period_ns = 200000000;   // TANDEM_SLO_PERIOD_MS
+  uint64_t window_ns = 2000000;             // TANDEM_SLO_WINDOW_US
+  uint64_t idle_ns = 50000000;              // TANDEM_SLO_IDLE_MS
+  SloControllerParams controller;
+};
+
+// An online inference process, as its slot says.
+struct OnlineClient {
+  uint32_t requests_open = 0;
+  uint64_t activity_ns = 0;  // last request begin or end
+  uint64_t latency_ns = 0;   // its percentile over interval latency_seq
+  uint32_t latency_seq = 0;
+  uint32_t samples = 0;
+  uint64_t slo_ns = 0;       // its target
+};
+
+// One control period, for status and the demo's plot.
+struct ControlRecord {
+  uint64_t t_ns;
+  double latency_ms;  // the worst client's measured percentile (0: none measured)
+  double target_ms;   // that client's target
+  double duty;        // the duty cycle chosen for the next period
+  uint32_t samples;
+  bool active;
+};
+
+class SloPolicy {
+ public:
+  static constexpr size_t kHistory = 3000;
+  explicit SloPolicy(SloParams p) : p_(p), controller_(p.controller) {}
+
+  // Once per tick: decides whether training is gated and fills `grants` (cleared first) for
+  // the best-effort clients (training, or batch inference when there is no training).
+  void step(uint64_t now_ns, const std::vector<OnlineClient>& online, const std::vector<FillerState>& best_effort,
+            std::vector<Grant>& grants);
+
+  bool active() const { return active_; }
+  double duty() const { return controller_.duty(); }
+  // Best-effort work allowed in flight now (duty * window), and each client's part of it.
+  uint64_t inflight_bound_ns() const;
+  uint64_t inflight_share_ns(size_t clients) const;
+  uint32_t control_seq() const { return control_seq_; }
+  const SloController& controller() const { return controller_; }
+  const std::deque<ControlRecord>& history() const { return history_; }
+
+ private:
+  void control(uint64_t now_ns, const std::vector<OnlineClient>& online);
+
+  SloParams p_;
+  SloController controller_;
+  bool active_ = false;
+  uint32_t control_seq_ = 1;
+  uint64_t interval_started_ns_ = 0;
+  std::deque<ControlRecord> history_;
+};
+
+}  // namespace tandem::scheduler

@@ -1,0 +1,160 @@
+// Policy slo: the controller on a simulated linear plant (GPUColo's model), the policy's
+// idle/active gating and control intervals, and the clients' cost estimate under sharing.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "progress.h"
+#include "slo_controller.h"
+#include "slo_policy.h"
+
+using namespace tandem::scheduler;
+
+namespace {
+constexpr uint64_t kMs = 1000000;
+
+// y(k) = base + m * duty(k): the normalized latency the plant answers for a duty cycle.
+struct Plant {
+  double base, m;
+  double latency(double duty) const { return base + m * duty; }
+};
+
+// Runs `periods` control periods; returns the duty cycle at the end.
+double run(SloController& c, const Plant& p, int periods) {
+  for (int k = 0; k < periods; ++k) c.update(p.latency(c.duty()));
+  return c.duty();
+}
+}  // namespace
+
+TEST_CASE("SloController: settles the latency at the target, zero steady-state error") {
+  SloController c;
+  Plant plant{0.6, 0.8};  // full duty: 1.4 x target; target reached at duty 0.5
+  run(c, plant, 30);
+  CHECK(c.duty() == Approx(0.5).margin(0.01));
+  CHECK(plant.latency(c.duty()) == Approx(1.0).margin(0.01));
+  CHECK_FALSE(c.saturated());
+}
+
+TEST_CASE("SloController: stable with a true gain four times off, and identifies it") {
+  for (double m : {0.3, 3.0}) {
+    SloController c;  // m_hat starts at 1
+    Plant plant{1.0 - 0.5 * m, m};  // target at duty 0.5
+    double worst = 0;
+    for (int k = 0; k < 40; ++k) {
+      c.update(plant.latency(c.duty()));
+      if (k >= 20) worst = std::max(worst, std::fabs(plant.latency(c.duty()) - 1.0));
+    }
+    INFO("true gain " << m << ", estimate " << c.gain_estimate());
+    CHECK(worst < 0.02);
+    CHECK(std::fabs(c.gain_estimate() - m) < 0.5 * std::fabs(1.0 - m));  // identified: half the error gone
+  }
+}
+
+// Proportional control approaches the target geometrically (the error halves each period with
+// a right gain estimate, g = 0.5): "back" means within 5% of it.
+TEST_CASE("SloController: a load step is corrected within a few periods") {
+  SloController c;
+  Plant light{0.5, 0.4};  // under target even at full duty
+  run(c, light, 10);
+  CHECK(c.duty() == 1.0);
+  Plant heavy{0.9, 0.4};  // now 1.3 at full duty: target at 0.25
+  int periods = 0;
+  while (heavy.latency(c.duty()) > 1.05 && periods < 50) c.update(heavy.latency(c.duty())), ++periods;
+  CHECK(periods <= 6);
+}
+
+TEST_CASE("SloController: anti-windup at both limits, and saturation is reported") {
+  SloController c;
+  Plant impossible{1.5, 0.5};  // over the target even with training stopped
+  run(c, impossible, 20);
+  CHECK(c.duty() == Approx(0.05));
+  CHECK(c.saturated());
+  // Nothing wound up: once the load is gone the duty cycle starts rising at the next period
+  // (at most max_rise a period) and the saturation clears.
+  Plant easy{0.2, 0.5};
+  c.update(easy.latency(c.duty()));
+  CHECK(c.duty() == Approx(0.25));
+  CHECK_FALSE(c.saturated());
+  run(c, easy, 10);
+  CHECK(c.duty() == 1.0);
+  // And at the top limit, a long stretch under target does not delay the way down.
+  c.update(1.5);
+  CHECK(c.duty() < 0.85);
+}
+
+TEST_CASE("SloPolicy: idle inference leaves training ungated; active gates it at the duty cycle") {
+  SloParams p;
+  p.period_ns = kMs;
+  p.control_period_ns = 100 * kMs;
+  p.window_ns = 2 * kMs;
+  p.idle_ns = 50 * kMs;
+  SloPolicy policy(p);
+  std::vector<FillerState> training{{3, 0, 0, true}};
+  std::vector<Grant> grants{{9, 1}};
+  OnlineClient online;
+  online.activity_ns = 0;
+  uint64_t t = 1000 * kMs;
+  policy.step(t, {online}, training, grants);
+  CHECK_FALSE(policy.active());
+  CHECK(grants.empty());
+
+  online.requests_open = 1;  // a request runs
+  online.activity_ns = t;
+  policy.step(t + kMs, {online}, training, grants);
+  CHECK(policy.active());
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].id == 3);
+  CHECK(grants[0].tokens_ns == static_cast<int64_t>(kMs));  // full duty: a period's worth
+  // A balance never grows past the in-flight share.
+  training[0].tokens_ns = static_cast<int64_t>(p.window_ns) - 100;
+  policy.step(t + 2 * kMs, {online}, training, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 100);
+
+  online.requests_open = 0;  // ended; active until idle_ns has passed
+  policy.step(t + 40 * kMs, {online}, training, grants);
+  CHECK(policy.active());
+  policy.step(t + 60 * kMs, {online}, training, grants);
+  CHECK_FALSE(policy.active());
+}
+
+TEST_CASE("SloPolicy: each control period uses only what was measured in it") {
+  SloParams p;
+  p.period_ns = kMs;
+  p.control_period_ns = 10 * kMs;
+  SloPolicy policy(p);
+  std::vector<Grant> grants;
+  uint64_t t = 1000 * kMs;
+  OnlineClient a, b;
+  a.requests_open = b.requests_open = 1;
+  a.activity_ns = b.activity_ns = t;
+  a.slo_ns = 10 * kMs, b.slo_ns = 20 * kMs;
+  a.latency_ns = 12 * kMs, b.latency_ns = 30 * kMs;  // b is the worse: 1.5 x its target
+  a.samples = b.samples = 50;
+  a.latency_seq = policy.control_seq();
+  b.latency_seq = policy.control_seq() - 1;  // stale: from an earlier interval
+  policy.step(t, {a, b}, {}, grants);
+  policy.step(t + 10 * kMs, {a, b}, {}, grants);  // one control period
+  REQUIRE(policy.history().size() == 1);
+  CHECK(policy.history().back().latency_ms == Approx(12.0));  // b's stale figure ignored
+  CHECK(policy.history().back().samples == 50);
+  CHECK(policy.duty() < 1.0);
+  double duty = policy.duty();
+  // Nothing measured in the next interval (all stale now): the duty cycle holds.
+  policy.step(t + 20 * kMs, {a, b}, {}, grants);
+  CHECK(policy.duty() == duty);
+  CHECK(policy.history().back().latency_ms == 0.0);
+}
+
+TEST_CASE("Cost estimate: follows the process's own cost on a shared GPU, climbs out of an underestimate") {
+  using tandem::hook::next_cost_estimate;
+  // Half the spans lengthened 3x by others' work, half clean: the estimate stays near the truth.
+  double e = 1.0;
+  for (int i = 0; i < 400; ++i) e = next_cost_estimate(e, (i % 2 ? 3.0 : 1.0) * 1.0 / e);
+  CHECK(e > 0.9);
+  CHECK(e < 1.5);
+  // Twenty times too low (kernels much larger than the first guess): within 2x in 100 spans.
+  e = 1.0;
+  for (int i = 0; i < 100; ++i) e = next_cost_estimate(e, 20.0 / e);
+  CHECK(e > 10.0);
+}
