@@ -17,7 +17,8 @@
 static const char* kUsage =
     "usage: infer-sim [--requests N | --seconds S] [--kernels K] [--kernel-us U] [--blocks B]\n"
     "                 [--closed-loop | --rate R [--burst AT:RATE:SECONDS]] [--seed X]\n"
-    "                 [--report-every N] [--mem-mb M] [--transparent]\n"
+    "                 [--report-every N] [--mem-mb M] [--transparent] [--warmup-seconds W]\n"
+    "                 [--slo-ms L]\n"
     "  Each request is K spin kernels of U us (grid B) on a non-blocking stream, ended by a host\n"
     "  synchronization. Closed loop by default (the next request starts when one ends);\n"
     "  --rate R sends Poisson arrivals at R requests/s (seeded by --seed, default 1) and measures\n"
@@ -28,7 +29,9 @@ static const char* kUsage =
     "  and p50/p95/p99/mean latency. --mem-mb M: device memory held for the whole run, standing\n"
     "  in for the model's weights (default 64 MiB; 0: none). Under tandem each request's arrival\n"
     "  and end go to tandem_request_begin/end, exact latencies for tandemd's slo policy;\n"
-    "  --transparent leaves tandem to see requests as the launches between synchronizations.\n";
+    "  --transparent leaves tandem to see requests as the launches between synchronizations.\n"
+    "  --warmup-seconds W: requests arriving in the first W seconds run but are not counted.\n"
+    "  --slo-ms L: the summary also gives slo_attainment, the fraction of requests within L ms.\n";
 
 // tandem's client API when the process runs under libtandem.so, else null.
 using RequestBegin = unsigned long long (*)(unsigned long long);
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
   unsigned seed = 1;
   double burst_at = -1, burst_rate = 0, burst_seconds = 0;
   bool transparent = false;
+  double warmup_s = 0, slo_ms = 0;
   for (; a.i < argc; ++a.i) {
     std::string f = argv[a.i];
     if (f == "--requests") requests = static_cast<int>(a.integer(1, 1000000000));
@@ -63,6 +67,8 @@ int main(int argc, char** argv) {
     else if (f == "--rate") rate = a.number(0.001, 1e7);
     else if (f == "--closed-loop") rate = 0;
     else if (f == "--transparent") transparent = true;
+    else if (f == "--warmup-seconds") warmup_s = a.number(0, 1e6);
+    else if (f == "--slo-ms") slo_ms = a.number(0.001, 1e9);
     else if (f == "--burst") {
       const char* v = a.value();
       if (std::sscanf(v, "%lf:%lf:%lf", &burst_at, &burst_rate, &burst_seconds) != 3 || burst_at < 0 ||
@@ -115,7 +121,7 @@ int main(int argc, char** argv) {
     for (int k = 0; k < kernels; ++k) spin_kernel<<<blocks, 256, 0, s>>>(kernel_ns);
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (end_request) end_request(begun);
-    latencies_ms.push_back((seconds_since(t0) - arrival) * 1e3);
+    if (arrival >= warmup_s) latencies_ms.push_back((seconds_since(t0) - arrival) * 1e3);
     ++done;
     if (report_every && done % report_every == 0) {
       double now = seconds_since(t0);
@@ -129,12 +135,17 @@ int main(int argc, char** argv) {
   double elapsed = seconds_since(t0);
   double mean = 0;
   for (double l : latencies_ms) mean += l;
-  mean /= static_cast<double>(latencies_ms.size());
+  if (!latencies_ms.empty()) mean /= static_cast<double>(latencies_ms.size());
+  double within = 0;
+  for (double l : latencies_ms) within += l <= slo_ms ? 1 : 0;
+  double attainment = latencies_ms.empty() ? 0 : within / static_cast<double>(latencies_ms.size());
   std::printf(
       "{\"example\":\"infer-sim\",\"requests\":%d,\"throughput_rps\":%.3f,\"p50_ms\":%.3f,\"p95_ms\":%.3f,"
-      "\"p99_ms\":%.3f,\"mean_ms\":%.3f,\"elapsed_s\":%.3f,\"mode\":\"%s\",\"gpu_ms_per_request\":%.3f}\n",
+      "\"p99_ms\":%.3f,\"mean_ms\":%.3f,\"elapsed_s\":%.3f,\"mode\":\"%s\",\"gpu_ms_per_request\":%.3f,"
+      "\"counted\":%zu,\"slo_ms\":%.3f,\"slo_attainment\":%.4f,\"request_api\":%s}\n",
       done, done / elapsed, percentile(latencies_ms, 50), percentile(latencies_ms, 95),
-      percentile(latencies_ms, 99), mean, elapsed, rate > 0 ? "poisson" : "closed-loop", kernels * kernel_us / 1e3);
+      percentile(latencies_ms, 99), mean, elapsed, rate > 0 ? "poisson" : "closed-loop", kernels * kernel_us / 1e3,
+      latencies_ms.size(), slo_ms, attainment, begin_request ? "true" : "false");
   if (weights) CUDA_CHECK(cudaFree(weights));
   return 0;
 }

@@ -33,6 +33,7 @@ struct Marker {
   CUevent event = nullptr;
   uint64_t issued_ns = 0;   // the slot's issued_ns when recorded: the work it covers
   uint64_t recorded_at = 0;
+  uint64_t gate_waits = 0;  // the slot's gate_waits when recorded
   bool nccl = false;  // behind an NCCL kernel: tells when the collective is over
 };
 std::mutex g_marker_mutex;
@@ -55,6 +56,7 @@ bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   if (r != CUDA_SUCCESS) return false;
   m.issued_ns = __atomic_load_n(&slot->issued_ns, __ATOMIC_RELAXED);
   m.recorded_at = monotonic_ns();
+  m.gate_waits = __atomic_load_n(&slot->gate_waits, __ATOMIC_RELAXED);
   m.nccl = nccl;
   ++g_head;
   if (nccl) {
@@ -77,10 +79,11 @@ void record_from_progress_thread(CUstream s, bool per_thread, bool nccl) {
 
 // The work between two markers was launched after the first was recorded, so it ran no
 // earlier than the later of that and the first one's completion: its measured length over its
-// estimate rescales the process's ns-per-thread estimate (next_cost_estimate).
+// estimate rescales the process's ns-per-thread estimate (next_cost_estimate). A span in which
+// the process waited at its gate measures the wait, not the work: skipped.
 void calibrate(const Marker& previous, const Marker& m, uint64_t now) {
   uint64_t estimated = m.issued_ns - previous.issued_ns;
-  if (m.issued_ns <= previous.issued_ns || estimated < 10000) return;
+  if (m.issued_ns <= previous.issued_ns || estimated < 10000 || m.gate_waits != previous.gate_waits) return;
   uint64_t began = g_last_completion > previous.recorded_at ? g_last_completion : previous.recorded_at;
   if (now <= began) return;
   double ratio = static_cast<double>(now - began) / static_cast<double>(estimated);

@@ -27,7 +27,7 @@ namespace tandem::scheduler {
 struct SloParams {
   uint64_t period_ns = 1000000;             // the daemon's tick
   uint64_t control_period_ns = 200000000;   // TANDEM_SLO_PERIOD_MS
-  uint64_t window_ns = 2000000;             // TANDEM_SLO_WINDOW_US
+  uint64_t window_ns = 500000;              // TANDEM_SLO_WINDOW_US
   uint64_t idle_ns = 50000000;              // TANDEM_SLO_IDLE_MS
   SloControllerParams controller;
 };

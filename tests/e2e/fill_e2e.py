@@ -15,59 +15,10 @@ usage: fill_e2e.py BUILD_DIR CASE
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 
-
-def last_json(text):
-    lines = [l for l in text.splitlines() if l.startswith("{")]
-    return json.loads(lines[-1])
-
-
-class Env:
-    def __init__(self, build):
-        self.build = build
-        self.tmp = tempfile.mkdtemp(prefix="tandem-e2e-")
-        self.socket = os.path.join(self.tmp, "tandemd.sock")
-        self.base = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "simgpu"),
-                         SIMGPU_SHM=f"/simgpu-e2e-{os.getpid()}", TANDEM_SOCKET=self.socket)
-
-    def start(self, exe, *args, role=None):
-        env = dict(self.base)
-        if role:
-            env.update(LD_PRELOAD=os.path.join(self.build, "lib", "libtandem.so"), TANDEM_ROLE=role,
-                       TANDEM_STATS_FILE=os.path.join(self.tmp, "stats-%p.json"))
-        return subprocess.Popen([os.path.join(self.build, "bin", exe), *args], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def daemon(self):
-        d = subprocess.Popen([os.path.join(self.build, "bin", "tandemd"), "--foreground", "--socket", self.socket,
-                              "--log", "warn"], env=self.base, stderr=subprocess.PIPE, text=True)
-        for _ in range(100):
-            if os.path.exists(self.socket):
-                return d
-            time.sleep(0.05)
-        raise SystemExit("FAIL: tandemd did not start")
-
-    def status(self):
-        out = subprocess.run([os.path.join(self.build, "bin", "tandemctl"), "status", "--json", "--socket", self.socket],
-                             capture_output=True, text=True, timeout=10)
-        return json.loads(out.stdout) if out.returncode == 0 else None
-
-
-def finish(p, timeout=60):
-    out, err = p.communicate(timeout=timeout)
-    if p.returncode != 0:
-        raise SystemExit(f"FAIL: {p.args[0]} exited with {p.returncode}: {err[-2000:]}")
-    return last_json(out)
-
-
-def check(cond, message):
-    print(("ok   " if cond else "FAIL ") + message)
-    if not cond:
-        raise SystemExit(1)
+from e2e_util import Env, check, finish
 
 
 def retention_round(env, seconds):

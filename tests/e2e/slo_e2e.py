@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""End-to-end checks of policy slo (inference first) on the simulated GPU, ratios in one run.
+
+usage: slo_e2e.py BUILD_DIR CASE
+  latency      online inference (Poisson arrivals at half its capacity) beside training: under
+               tandem its p99 stays within 1.2 x Exclusive while Co-Exec's is clearly worse, and
+               training keeps more than 0.3 of Exclusive (best of up to 3 interleaved rounds)
+  step         training starts beside running inference (a load step): the controller lowers
+               training's duty cycle and the measured latency is back at the target within
+               5 control periods
+  transparent  without the client API tandem sees requests as the launches between
+               synchronizations and publishes their latency; none stays open
+  daemon-killed  tandemd dies while training is held back: both processes finish
+"""
+import sys
+import time
+
+from e2e_util import Env, check, finish
+
+# Training: 100 kernels of 200 us (20 ms compute), a 0.5 ms collective, 11.5 ms of data
+# loading. The simulated GPU switches processes only between kernels, and tandem never holds a
+# collective back (its peers would stall), so a long stand-in collective would delay requests
+# by its whole length; a real GPU preempts at its time slice.
+TRAIN = ["--kernel-us", "200", "--compute-kernels", "100", "--comm-us", "500", "--gap-us", "11500"]
+WARMUP_S = 1.5  # requests of the first seconds are left out: the start is a load step of its own
+
+
+def capacity(env):
+    """Requests/s the simulated GPU serves infer-sim alone, closed loop."""
+    return finish(env.start("infer-sim", "--seconds", "1.5", "--closed-loop"))["throughput_rps"]
+
+
+def target_ms(exclusive):
+    """The target an operator would set: Exclusive's p99 plus 10%, in whole milliseconds."""
+    return max(1, int(1.1 * exclusive["p99_ms"]))
+
+
+def infer_args(rate, seconds, *extra):
+    return ["--seconds", str(seconds), "--rate", f"{rate:.1f}", "--warmup-seconds", str(WARMUP_S), *extra]
+
+
+def latency_round(env, rate, seconds):
+    ex_train = finish(env.start("train-sim", "--seconds", "3", *TRAIN))["iters_per_s"]
+    ex_infer = finish(env.start("infer-sim", *infer_args(rate, seconds)))
+    a, b = env.start("train-sim", "--seconds", str(seconds), *TRAIN), env.start("infer-sim", *infer_args(rate, seconds))
+    co_train, co_infer = finish(a)["iters_per_s"], finish(b)
+    slo_ms = target_ms(ex_infer)
+    d = env.daemon("slo")
+    a = env.start("train-sim", "--seconds", str(seconds), *TRAIN, role="training")
+    time.sleep(0.3)
+    b = env.start("infer-sim", *infer_args(rate, seconds - 0.3), role="inference", TANDEM_SLO_MS=str(slo_ms))
+    tandem_infer = finish(b)
+    tandem_train = finish(a)["iters_per_s"]
+    d.terminate()
+    d.wait()
+    return {"ex_p99": ex_infer["p99_ms"], "co_p99": co_infer["p99_ms"], "tandem_p99": tandem_infer["p99_ms"],
+            "co_train": co_train / ex_train, "tandem_train": tandem_train / ex_train, "slo_ms": slo_ms}
+
+
+def latency(env, seconds=6, rounds=3):
+    rate = 0.5 * capacity(env)
+    print(f"inference at {rate:.0f} requests/s (half of its capacity)")
+    best = None
+    for r in range(1, rounds + 1):
+        m = latency_round(env, rate, seconds)
+        m["p99_ratio"], m["co_ratio"] = m["tandem_p99"] / m["ex_p99"], m["co_p99"] / m["ex_p99"]
+        print(f"round {r}: p99 exclusive {m['ex_p99']:.2f} ms, co-exec {m['co_p99']:.2f} ({m['co_ratio']:.2f}x), "
+              f"tandem {m['tandem_p99']:.2f} ({m['p99_ratio']:.2f}x, target {m['slo_ms']} ms); training "
+              f"co-exec {m['co_train']:.2f}, tandem {m['tandem_train']:.2f} of Exclusive")
+        # Noise on this machine only ever worsens a latency or a throughput: a round that shows
+        # both held is the verdict.
+        if best is None or (m["p99_ratio"] <= 1.2 and m["tandem_train"] > 0.3) or m["p99_ratio"] < best["p99_ratio"]:
+            best = m
+        if best["p99_ratio"] <= 1.2 and best["tandem_train"] > 0.3 and best["co_ratio"] >= 1.5:
+            break
+    check(best["p99_ratio"] <= 1.2, f"inference p99 under tandem is {best['p99_ratio']:.2f} <= 1.2 x Exclusive")
+    check(best["co_ratio"] >= 1.5, f"Co-Exec's p99 is clearly worse ({best['co_ratio']:.2f} >= 1.5 x Exclusive)")
+    check(best["tandem_train"] > 0.3, f"training keeps {best['tandem_train']:.2f} > 0.3 of Exclusive")
+
+
+def step(env):
+    rate = 0.5 * capacity(env)
+    ex = finish(env.start("infer-sim", *infer_args(rate, 3)))
+    slo_ms = target_ms(ex)
+    d = env.daemon("slo")
+    started = time.monotonic()
+    b = env.start("infer-sim", *infer_args(rate, 7), role="inference", TANDEM_SLO_MS=str(slo_ms))
+    time.sleep(2.0)
+    step_at = time.monotonic() - started
+    a = env.start("train-sim", "--seconds", "5", *TRAIN, role="training")
+    finish(b)
+    st = env.status()
+    finish(a)
+    d.terminate()
+    d.wait()
+    history = st["gpus"][0]["slo"]["history"]
+    after = [h for h in history if h["t_s"] >= step_at and h["samples"] > 0]
+    print("after the step (latency ms / duty): " + " ".join(f"{h['latency_ms']:.1f}/{h['duty']:.2f}" for h in after))
+    over = next((i for i, h in enumerate(after) if h["latency_ms"] > h["target_ms"]), None)
+    check(over is not None, f"the step was felt: a control period over the {slo_ms} ms target after training started")
+    back = next((i for i in range(over + 1, len(after)) if after[i]["latency_ms"] <= 1.05 * after[i]["target_ms"]), None)
+    check(back is not None and back - over <= 5,
+          f"latency back at the target {'never' if back is None else f'{back - over} control periods'} after the step (<= 5)")
+    check(min(h["duty"] for h in after) < 1.0, "the controller lowered training's duty cycle")
+
+
+def transparent(env):
+    d = env.daemon("slo")
+    b = env.start("infer-sim", "--seconds", "2", "--closed-loop", "--transparent", role="inference")
+    time.sleep(1.2)
+    st = env.status()
+    out = finish(b)
+    d.terminate()
+    d.wait()
+    slot = st["gpus"][0]["slots"][0]
+    gpu_ms = out["gpu_ms_per_request"]
+    check(out["request_api"] is False, "infer-sim did not use the client API")
+    check(slot["latency_samples"] > 10, f"requests seen transparently ({slot['latency_samples']} in the interval)")
+    check(gpu_ms * 0.8 <= slot["latency_ms"] <= gpu_ms * 3,
+          f"their published p99 {slot['latency_ms']:.2f} ms matches a request's {gpu_ms:.1f} ms of GPU work")
+    check(slot["requests_open"] <= 1 and slot["slo_ms"] == 100, "at most the current request open; the default target")
+
+
+def daemon_killed(env):
+    rate = 0.5 * capacity(env)
+    d = env.daemon("slo")
+    a = env.start("train-sim", "--seconds", "3", *TRAIN, role="training")
+    b = env.start("infer-sim", *infer_args(rate, 3), role="inference", TANDEM_SLO_MS="5")
+    time.sleep(1.0)
+    st = env.status()
+    check(st is not None and st["gpus"][0]["slo"]["active"], "online inference active, training gated")
+    d.kill()
+    d.wait()
+    t, i = finish(a), finish(b)
+    check(t["iterations"] > 0 and i["requests"] > 0, "training and inference finished after the daemon died")
+
+
+def main():
+    build, case = sys.argv[1], sys.argv[2]
+    env = Env(build)
+    {"latency": latency, "step": step, "transparent": transparent, "daemon-killed": daemon_killed}[case](env)
+    print(f"slo e2e {case}: ok")
+
+
+if __name__ == "__main__":
+    main()
