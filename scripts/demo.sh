@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# The main job: training with communication and data-loading bubbles (train-sim) shares one
-# GPU with batch inference (infer-sim). Four configurations, each for --seconds S (default 5):
-#   Exclusive training, Exclusive inference, Co-Exec (both, no tandem), tandem (both under
-#   libtandem.so with tandemd's fill policy). Prints normalized throughputs, inference p95 and
-#   bubble utilization; writes a Perfetto trace and a PNG timeline. Runs on the real GPU when
-#   nvidia-smi finds one, otherwise on the simulated GPU.   Usage: scripts/demo.sh [--seconds S]
+# The main job, two scenarios on one GPU. Runs on the real GPU when nvidia-smi finds one,
+# otherwise on the simulated GPU.   Usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|all]
+# fill (training first): training with communication and data-loading bubbles (train-sim)
+#   shares the GPU with batch inference (infer-sim). Four configurations, each for --seconds S
+#   (default 5): Exclusive training, Exclusive inference, Co-Exec (both, no tandem), tandem
+#   (both under libtandem.so with tandemd's fill policy). Prints normalized throughputs,
+#   inference p95 and bubble utilization; writes a Perfetto trace and a PNG timeline.
+# slo (inference first): online inference with Poisson arrivals and a burst beside training,
+#   tandemd --policy slo, for 2 x S seconds (scripts/demo_slo.sh): latency table and plot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=5
-if [ "${1:-}" = "--seconds" ] && [ -n "${2:-}" ]; then seconds=$2; fi
+scenario=all
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
+    --scenario) scenario=${2:?--scenario needs fill, slo or all}; shift 2 ;;
+    *) echo "usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|all]" >&2; exit 2 ;;
+  esac
+done
+case "$scenario" in fill|slo|all) ;; *) echo "demo: unknown scenario '$scenario' (fill, slo or all)" >&2; exit 2 ;; esac
 scripts/setup.sh >/dev/null
 
 if nvidia-smi -L >/dev/null 2>&1; then
@@ -20,6 +31,7 @@ else
 fi
 out=${TANDEM_DEMO_OUT:-$(mktemp -d /tmp/tandem-demo.XXXXXX)}
 mkdir -p "$out"
+if [ "$scenario" = slo ]; then exec scripts/demo_slo.sh "$out/slo" "$(awk "BEGIN{print $seconds * 2}")"; fi
 train() { build/bin/train-sim --seconds "$seconds"; }
 infer() { build/bin/infer-sim --seconds "$seconds"; }
 
@@ -89,3 +101,8 @@ for s in sorted(stats, key=lambda s: s.get("role", "")):
           f"{l['graph_launches']:>7}{m['allocs']:>7}{m['peak_bytes'] / 2**20:>9.1f}{held:>8}  {entries:<26}{measured}")
 print("(held s: time the process's launches waited at tandem's gate for tokens)")
 PY
+
+if [ "$scenario" = all ]; then
+  echo
+  scripts/demo_slo.sh "$out/slo" "$(awk "BEGIN{print $seconds * 2}")"
+fi

@@ -159,6 +159,18 @@ int status(const std::string& socket_path, bool json) {
                   s["nccl_launches"].get<unsigned long long>(), static_cast<double>(s["tokens_ns"].get<long long>()) / 1e3,
                   static_cast<double>(s["granted_ns"].get<unsigned long long>()) / 1e6,
                   s["gate_waits"].get<unsigned long long>(), s["gate_wait_ms"].get<double>());
+    if (g.contains("slo") && g["slo"].is_object()) {
+      const auto& slo = g["slo"];
+      std::printf("  slo: online inference %s, training duty cycle %.2f (in flight <= %.2f ms), gain estimate %.2f%s\n",
+                  slo["active"].get<bool>() ? "active" : "idle", slo["duty"].get<double>(),
+                  slo["inflight_bound_ms"].get<double>(), slo["gain_estimate"].get<double>(),
+                  slo["saturated"].get<bool>() ? ", SATURATED: the target cannot be held by holding training back" : "");
+      for (const auto& s : g["slots"])
+        if (s["latency_samples"].get<unsigned>() > 0)
+          std::printf("  pid %d: latency %.2f ms over %u requests this period, target %.2f ms, %u open\n",
+                      s["pid"].get<int>(), s["latency_ms"].get<double>(), s["latency_samples"].get<unsigned>(),
+                      s["slo_ms"].get<double>(), s["requests_open"].get<unsigned>());
+    }
   }
   return 0;
 }

@@ -23,7 +23,7 @@ namespace tandem::scheduler {
 struct SloControllerParams {
   double gain = 0.5;       // g: fraction of the predicted correction applied per period
   double initial_m = 1.0;  // m_hat before any identification: full duty cycle adds one target
-  double min_gain = 0.1, max_gain = 10.0;
+  double min_gain = 0.2, max_gain = 3.0;  // full duty adds 0.2 to 3 targets: beyond, a load change, not training
   double min_duty = 0.05;  // training is never starved completely
   double max_rise = 0.2;   // at most this much duty cycle more per period
   double min_step = 0.05;  // a duty change this large identifies the gain
