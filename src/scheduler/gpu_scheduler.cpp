@@ -112,8 +112,13 @@ void GpuScheduler::tick(uint64_t now_ns) {
     __atomic_store_n(&shm->control_seq, slo_.control_seq(), __ATOMIC_RELEASE);
     __atomic_store_n(&shm->training_duty_ppm, static_cast<uint32_t>(slo_.duty() * 1e6), __ATOMIC_RELAXED);
     set_gates(shm, best_effort, slo_.active() ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
+    // The clients bound their own in-flight work; fillers beside training are bounded by the
+    // fill policy's grants instead (a bound left from when they were the best-effort job would
+    // hold them back for good).
     uint64_t share = slo_.active() ? slo_.inflight_share_ns(best_effort.size()) : 0;
     for (const FillerState& f : best_effort) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, share, __ATOMIC_RELEASE);
+    if (training)
+      for (const FillerState& f : fillers_) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, 0, __ATOMIC_RELEASE);
     apply(shm, grants_, now_ns);
     // Said once each time it happens: holding training back can no longer hold the target.
     if (slo_.controller().saturated() && !slo_saturated_warned_)

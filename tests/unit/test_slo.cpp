@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "gpu_scheduler.h"
 #include "progress.h"
 #include "slo_controller.h"
 #include "slo_policy.h"
@@ -157,4 +158,50 @@ TEST_CASE("Cost estimate: follows the process's own cost on a shared GPU, climbs
   e = 1.0;
   for (int i = 0; i < 100; ++i) e = next_cost_estimate(e, 20.0 / e);
   CHECK(e > 10.0);
+}
+
+TEST_CASE("GpuScheduler, policy slo: who is gated, and how much may be in flight") {
+  SchedulerParams params;
+  params.policy = TANDEM_POLICY_SLO;
+  params.slo.idle_ns = 50 * kMs;
+  params.slo.window_ns = 500000;
+  GpuScheduler gpu("00112233445566778899aabbccddeeff", params);
+  REQUIRE(gpu.segment().ok());
+  tandem_shm_header* shm = gpu.segment().shm();
+  CHECK(shm->policy == TANDEM_POLICY_SLO);
+  int online = gpu.segment().claim(300, TANDEM_ROLE_INFERENCE);
+  int batch = gpu.segment().claim(400, TANDEM_ROLE_BATCH_INFERENCE);
+  uint64_t t = 1000 * kMs;
+  auto request = [&](bool open) {
+    shm->slots[online].requests_open = open ? 1 : 0;
+    shm->slots[online].request_activity_ns = t;
+  };
+
+  // No training: batch inference is the best-effort job. Idle inference leaves it ungated.
+  gpu.tick(t += kMs);
+  CHECK(shm->inference_slots == (1ull << online));
+  CHECK(shm->slots[batch].gate == TANDEM_GATE_OPEN);
+  request(true);
+  gpu.tick(t += kMs);
+  CHECK(gpu.slo().active());
+  CHECK(shm->slots[batch].gate == TANDEM_GATE_TOKENS);
+  CHECK(shm->slots[batch].inflight_bound_ns == 500000);  // full duty: the whole window
+  CHECK(shm->slots[batch].tokens > 0);
+
+  // Training arrives: it becomes the best-effort job; batch inference fills its bubbles,
+  // within the same window.
+  int train = gpu.segment().claim(500, TANDEM_ROLE_TRAINING);
+  gpu.tick(t += kMs);
+  CHECK(shm->slots[train].gate == TANDEM_GATE_TOKENS);
+  CHECK(shm->slots[train].inflight_bound_ns == 500000);
+  CHECK(shm->slots[batch].gate == TANDEM_GATE_TOKENS);
+  CHECK(shm->slots[batch].inflight_bound_ns == 0);  // the fill policy's grants bound it
+
+  // The request ended long ago: training runs ungated again, with no bound.
+  request(false);
+  t += 60 * kMs;
+  gpu.tick(t);
+  CHECK_FALSE(gpu.slo().active());
+  CHECK(shm->slots[train].gate == TANDEM_GATE_OPEN);
+  CHECK(shm->slots[train].inflight_bound_ns == 0);
 }
