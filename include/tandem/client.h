@@ -30,7 +30,8 @@ int tandem_on_memory_pressure(tandem_memory_pressure_fn fn, void* user);
  * the stats file as memory.reported_release_bytes, and logged at info level). */
 void tandem_report_release(unsigned long long bytes);
 
-/* Online inference requests (TANDEM_ROLE=inference), for servers that want exact latencies:
+/* Online inference requests (TANDEM_ROLE=inference; in a process with another role both calls
+ * do nothing but return the start), for servers that want exact latencies:
  * call begin when a request arrives and end, with what begin returned, when its answer is
  * ready. arrival_ns is the arrival time on CLOCK_MONOTONIC (std::chrono::steady_clock on
  * Linux, time.monotonic_ns() in Python), or 0 for now; begin returns the request's start,

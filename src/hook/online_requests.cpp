@@ -101,6 +101,9 @@ void request_synchronized() noexcept {
 }
 
 uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept {
+  // Only online inference has requests: for any other role the calls are accepted and ignored
+  // (a batch job that reports them must not wait for bubbles as an online one does).
+  if (g_role != TANDEM_ROLE_INFERENCE) return arrival_ns ? arrival_ns : monotonic_ns();
   // Explicit from now on: a transparent request still open ends here, and what was measured
   // transparently (a warm-up, model loading) does not count.
   if (!g_explicit.exchange(true)) {
@@ -122,6 +125,7 @@ uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept {
 }
 
 void explicit_request_end(uint64_t begin_ns) noexcept {
+  if (g_role != TANDEM_ROLE_INFERENCE) return;
   tandem_slot* slot = current_slot();
   uint64_t now = monotonic_ns();
   if (slot && begin_ns && begin_ns <= now) request_closed(slot, now, now - begin_ns);

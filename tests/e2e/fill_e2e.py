@@ -124,12 +124,18 @@ def communication(env):
             phases.add(st["gpus"][0]["fill_phase"])
             communicating += st["gpus"][0]["communicating"]
         time.sleep(0.02)
+    filler = next(s for s in st["gpus"][0]["slots"] if s["pid"] == b.pid)
     t, i = finish(a), finish(b)
     d.terminate()
     d.wait()
     check(communicating > 0 and "communication" in phases,
           f"collectives seen in {communicating} of 60 samples; fill phases seen: {sorted(phases)}")
     check(t["iterations"] > 0 and i["requests"] > 0, "training and the filler both ran")
+    # infer-sim reports its requests through the client API; a batch filler's requests are not
+    # online ones: never admitted into bubbles one by one, never counted open.
+    check(i["request_api"] and filler["admission_waits"] == 0 and filler["requests_open"] == 0,
+          f"the filler's reported requests were ignored (admission waits {filler['admission_waits']}, "
+          f"open {filler['requests_open']})")
 
 
 def client_killed(env):
