@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "counters.h"
+#include "progress.h"
 #include "settings.h"
 
 namespace tandem::hook {
@@ -71,6 +72,13 @@ void gate_wait(tandem_slot* slot, uint64_t cost_ns) noexcept {
     }
     uint32_t wake = __atomic_load_n(&slot->wake, __ATOMIC_ACQUIRE);
     if (!full && __atomic_load_n(&slot->tokens, __ATOMIC_ACQUIRE) > 0) continue;
+    if (full) {
+      // Completions are what this wait is for: look for them now and then often, rather than
+      // a progress tick later (each look is an event query per marker passed).
+      poll_markers_now();
+      futex_wait(&slot->wake, wake, period_ns / 8);
+      continue;
+    }
     futex_wait(&slot->wake, wake, 4 * period_ns);  // bounded: re-check the daemon's heartbeat
   }
   if (start) {

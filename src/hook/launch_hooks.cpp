@@ -31,6 +31,11 @@ inline bool gated_launch(KernelKind kind) noexcept {
   return slot && __atomic_load_n(&slot->gate, __ATOMIC_RELAXED) != TANDEM_GATE_OPEN;
 }
 
+inline bool bounded_inflight() noexcept {
+  tandem_slot* slot = current_slot();
+  return slot && __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_RELAXED) != 0;
+}
+
 // A process with a role tells the daemon what it launches; a gated one first takes tokens
 // for `cost` (ns of estimated GPU work). Before the launch: the context is published once for
 // the progress thread; in training, the work queued before an NCCL kernel gets a completion
@@ -76,8 +81,8 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
   }
   KernelKind kind = kernel_kind(f);
   bool managed = g_role != TANDEM_ROLE_NONE;
+  bool gated = managed && gated_launch(kind);
   if (managed) {
-    bool gated = gated_launch(kind);
     uint64_t cost = gated ? launch_cost_ns(d.gx, d.gy, d.gz, d.bx, d.by, d.bz) : 0;
     if (cost) g_last_cost_ns.store(cost, std::memory_order_relaxed);
     before_managed_launch(kind, s, per_thread_stream, gated, cost);
@@ -87,6 +92,9 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
     count(c.by_entry[static_cast<size_t>(entry)]);
     if (kind == KernelKind::nccl) count(c.nccl);
     if (managed) after_managed_launch(kind, s, per_thread_stream, 1);
+    // Bounded in-flight work (policy slo): a marker right behind the kernel, so that its
+    // completion is seen when it happens and the next launch need not wait for a tick.
+    if (gated && bounded_inflight()) record_marker_now(s, per_thread_stream);
   }
   return r;
 }

@@ -94,9 +94,9 @@ void calibrate(const Marker& previous, const Marker& m, uint64_t now) {
 }
 
 // Completed markers advance the slot's progress and calibrate the cost estimate.
-void poll_markers(uint64_t now) {
+// With g_marker_mutex held.
+void poll_markers_locked(uint64_t now) {
   tandem_slot* slot = current_slot();
-  std::lock_guard<std::mutex> lock(g_marker_mutex);
   bool progressed = false;
   while (g_tail < g_head) {
     Marker& m = g_ring[g_tail % kMarkers];
@@ -177,7 +177,8 @@ void* progress_main(void*) {
       if (g_notes.nccl_since_marker.load(std::memory_order_relaxed))
         record_from_progress_thread(g_notes.nccl_stream.load(std::memory_order_relaxed),
                                     g_notes.nccl_per_thread.load(std::memory_order_relaxed), true);
-      poll_markers(now);
+      std::lock_guard<std::mutex> lock(g_marker_mutex);
+      poll_markers_locked(now);
     }
     sleep_ns(tick);
   }
@@ -200,6 +201,11 @@ uint64_t launch_cost_ns(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsi
 void record_marker_now(CUstream s, bool per_thread) noexcept {
   std::unique_lock<std::mutex> lock(g_marker_mutex, std::try_to_lock);
   if (lock.owns_lock()) try_record(s, per_thread);
+}
+
+void poll_markers_now() noexcept {
+  std::unique_lock<std::mutex> lock(g_marker_mutex, std::try_to_lock);
+  if (lock.owns_lock()) poll_markers_locked(monotonic_ns());
 }
 
 void start_progress_thread() noexcept {

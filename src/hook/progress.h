@@ -31,7 +31,8 @@ void start_progress_thread() noexcept;
 void progress_after_fork_child() noexcept;
 
 // Records a completion marker behind the work queued on `s` (launch path: the work before an
-// NCCL kernel, so the collective itself counts as a bubble). Non-blocking: skipped when busy.
+// NCCL kernel, so the collective itself counts as a bubble; a launch whose in-flight work is
+// bounded, so its completion is seen early). Non-blocking: skipped when busy.
 void record_marker_now(CUstream s, bool per_thread) noexcept;
 
 // The cost estimate after a span between two markers that took `ratio` times its estimate.
@@ -41,6 +42,10 @@ void record_marker_now(CUstream s, bool per_thread) noexcept;
 // falls quickly (weight 0.1) and rises slowly (0.02), settling near the cost of the process's
 // work alone; a large underestimate still climbs, 6% a span.
 double next_cost_estimate(double estimate, double ratio) noexcept;
+
+// Polls the completion markers now (a gated launch waiting for its in-flight work to drop,
+// policy slo): the progress thread would see them up to a tick later. Skipped when busy.
+void poll_markers_now() noexcept;
 
 // Estimated GPU time of a launch in ns: grid x block scaled by the process's learned ns per
 // thread (calibrated from completion markers).

@@ -22,21 +22,23 @@ from e2e_util import Env, check, finish
 # collective back (its peers would stall), so a long stand-in collective would delay requests
 # by its whole length; a real GPU preempts at its time slice.
 TRAIN = ["--kernel-us", "200", "--compute-kernels", "100", "--comm-us", "500", "--gap-us", "11500"]
+# Inference: requests of 4 kernels of 1 ms; latency targets are whole milliseconds.
+INFER = ["--kernel-us", "1000"]
 WARMUP_S = 1.5  # requests of the first seconds are left out: the start is a load step of its own
 
 
 def capacity(env):
     """Requests/s the simulated GPU serves infer-sim alone, closed loop."""
-    return finish(env.start("infer-sim", "--seconds", "1.5", "--closed-loop"))["throughput_rps"]
+    return finish(env.start("infer-sim", "--seconds", "1.5", "--closed-loop", *INFER))["throughput_rps"]
 
 
 def target_ms(exclusive):
-    """The target an operator would set: Exclusive's p99 plus 10%, in whole milliseconds."""
-    return max(1, int(1.1 * exclusive["p99_ms"]))
+    """The target an operator would set: Exclusive's p99 plus 15%, in whole milliseconds."""
+    return max(1, round(1.15 * exclusive["p99_ms"]))
 
 
 def infer_args(rate, seconds, *extra):
-    return ["--seconds", str(seconds), "--rate", f"{rate:.1f}", "--warmup-seconds", str(WARMUP_S), *extra]
+    return ["--seconds", str(seconds), "--rate", f"{rate:.1f}", "--warmup-seconds", str(WARMUP_S), *INFER, *extra]
 
 
 def latency_round(env, rate, seconds):
