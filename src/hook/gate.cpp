@@ -1,23 +1,11 @@
 #include "gate.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <ctime>
-
 #include "counters.h"
+#include "futex.h"
 #include "progress.h"
 #include "settings.h"
 
 namespace tandem::hook {
-
-namespace {
-void futex_wait(uint32_t* word, uint32_t expected, uint64_t timeout_ns) noexcept {
-  timespec ts{static_cast<time_t>(timeout_ns / 1000000000ull), static_cast<long>(timeout_ns % 1000000000ull)};
-  syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);  // shared: no FUTEX_PRIVATE
-}
-}  // namespace
 
 // Policy slo: an online inference request is running. Only active inference slots count, and
 // a request open for more than 4 times its target is taken for a stuck client and ignored.

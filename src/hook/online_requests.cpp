@@ -1,15 +1,11 @@
 #include "online_requests.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <mutex>
 
 #include "daemon_link.h"
+#include "futex.h"
 #include "hooks.h"
 #include "progress.h"
 #include "real_driver.h"
@@ -52,10 +48,7 @@ void request_closed(tandem_slot* slot, uint64_t now, uint64_t latency_ns) noexce
   decrement_open(slot);
   __atomic_store_n(&slot->request_activity_ns, now, __ATOMIC_RELEASE);
   // Best-effort work held back while the request ran may go now.
-  if (tandem_shm_header* shm = g_shm.load(std::memory_order_acquire)) {
-    __atomic_fetch_add(&shm->request_seq, 1, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &shm->request_seq, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-  }
+  if (tandem_shm_header* shm = g_shm.load(std::memory_order_acquire)) futex_bump_and_wake(&shm->request_seq);
   uint64_t mean = __atomic_load_n(&slot->request_ns, __ATOMIC_RELAXED);
   __atomic_store_n(&slot->request_ns, mean ? (mean * 7 + latency_ns) / 8 : latency_ns, __ATOMIC_RELEASE);
   __atomic_fetch_add(&slot->requests, 1, __ATOMIC_RELAXED);

@@ -1,19 +1,16 @@
 #include "progress.h"
 
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <ctime>
 #include <mutex>
 
 #include "capture_state.h"
 #include "counters.h"
+#include "futex.h"
 #include "log.h"
 #include "memory_quota.h"
 #include "online_requests.h"
@@ -119,10 +116,8 @@ void poll_markers_locked(uint64_t now) {
   }
   // A launch of this process may be waiting for its in-flight work to drop (policy slo).
   if (progressed && __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_ACQUIRE) &&
-      __atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) != TANDEM_GATE_OPEN) {
-    __atomic_fetch_add(&slot->wake, 1, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &slot->wake, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-  }
+      __atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) != TANDEM_GATE_OPEN)
+    futex_bump_and_wake(&slot->wake);
 }
 
 void sleep_ns(uint64_t ns) {

@@ -1,22 +1,10 @@
 #include "request_admission.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <ctime>
-
 #include "daemon_link.h"
+#include "futex.h"
 #include "settings.h"
 
 namespace tandem::hook {
-
-namespace {
-void wait_for_bubble(tandem_shm_header* shm, uint32_t seen, uint64_t timeout_ns) noexcept {
-  timespec ts{static_cast<time_t>(timeout_ns / 1000000000ull), static_cast<long>(timeout_ns % 1000000000ull)};
-  syscall(SYS_futex, &shm->bubble_seq, FUTEX_WAIT, seen, &ts, nullptr, 0);
-}
-}  // namespace
 
 void admit_request(tandem_slot* slot, tandem_shm_header* shm, uint64_t arrival) noexcept {
   if (__atomic_load_n(&shm->policy, __ATOMIC_ACQUIRE) != TANDEM_POLICY_FILL) return;
@@ -38,7 +26,7 @@ void admit_request(tandem_slot* slot, tandem_shm_header* shm, uint64_t arrival) 
     if (now > __atomic_load_n(&shm->daemon_heartbeat_ns, __ATOMIC_ACQUIRE) + stale) break;  // fail open
     waited = true;
     uint64_t left = arrival + slo - now;
-    wait_for_bubble(shm, seq, left < 4 * period ? left : 4 * period);
+    futex_wait(&shm->bubble_seq, seq, left < 4 * period ? left : 4 * period);  // a bubble's start wakes it
   }
   if (waited) {
     __atomic_fetch_add(&slot->admission_waits, 1, __ATOMIC_RELAXED);

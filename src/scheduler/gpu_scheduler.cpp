@@ -1,12 +1,8 @@
 #include "gpu_scheduler.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <climits>
 #include <ctime>
 
+#include "futex.h"
 #include "log.h"
 
 namespace tandem::scheduler {
@@ -14,11 +10,7 @@ namespace tandem::scheduler {
 namespace {
 bool gated(uint32_t role) { return role == TANDEM_ROLE_BATCH_INFERENCE; }
 
-void wake_word(uint32_t* word) {
-  __atomic_fetch_add(word, 1, __ATOMIC_RELEASE);
-  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-void wake(tandem_slot& s) { wake_word(&s.wake); }
+void wake(tandem_slot& s) { futex_bump_and_wake(&s.wake); }
 }  // namespace
 
 GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
@@ -141,7 +133,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
     trace_.add({phase == GpuPhase::bubble ? detector_.phase_started_ns() : now_ns,
                 phase == GpuPhase::bubble ? 'B' : 'E', 0, 0});
     last_phase_ = phase;
-    if (phase == GpuPhase::bubble) wake_word(&shm->bubble_seq);  // online requests waiting for one
+    if (phase == GpuPhase::bubble) futex_bump_and_wake(&shm->bubble_seq);  // online requests waiting for one
   }
   check_admission(shm);
   if (!training) return;

@@ -1,12 +1,11 @@
 #include "gpu_segment.h"
 
-#include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
 
+#include "futex.h"
 #include "log.h"
 
 namespace tandem::scheduler {
@@ -56,8 +55,7 @@ void GpuSegment::release(int slot) {
   __atomic_store_n(&s.gate, TANDEM_GATE_OPEN, __ATOMIC_RELEASE);
   __atomic_store_n(&s.tokens, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&s.state, TANDEM_SLOT_FREE, __ATOMIC_RELEASE);
-  __atomic_fetch_add(&s.wake, 1, __ATOMIC_RELEASE);
-  syscall(SYS_futex, &s.wake, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  futex_bump_and_wake(&s.wake);
 }
 
 }  // namespace tandem::scheduler
