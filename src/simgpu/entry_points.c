@@ -3,7 +3,7 @@
  * C++ files; for the rest the weak definition here answers CUDA_ERROR_NOT_SUPPORTED and says
  * so once. A C file without cuda.h, so that one stub signature fits every symbol (the x86-64
  * and aarch64 calling conventions let a caller pass arguments a callee ignores). */
-#include <stddef.h>
+#include "entry_points.h"
 
 int simgpu_not_supported(const char* symbol); /* settings.cpp: logs once, returns 801 */
 
@@ -15,14 +15,6 @@ int simgpu_not_supported(const char* symbol); /* settings.cpp: logs once, return
 #include "entry_points.def"
 #undef SIM_SYMBOL
 #undef SIM_ENTRY
-
-struct SimEntryPoint {
-  const char* api;
-  int version;
-  int per_thread;
-  const char* symbol;
-  void* fn;
-};
 
 #define SIM_SYMBOL(symbol)
 #define SIM_ENTRY(api, version, per_thread, symbol) {#api, version, per_thread, #symbol, (void*)&symbol},

@@ -6,19 +6,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "entry_points.h"
 #include "sim.h"
-
-extern "C" {
-struct SimEntryPoint {
-  const char* api;
-  int version;
-  int per_thread;
-  const char* symbol;
-  void* fn;
-};
-extern const SimEntryPoint simgpu_entry_points[];
-extern const size_t simgpu_entry_point_count;
-}
 
 namespace {
 
