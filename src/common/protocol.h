@@ -17,6 +17,15 @@ enum class MessageType : uint32_t {
   trace_reply = 6,     // daemon -> client: {"now_ns": int, "gpus": {uuid: chrome-trace}}
   quota_request = 7,   // any -> daemon: {"pid": int, "size": str} memory quota ("8G", "25%"; "" clears)
   quota_reply = 8,     // daemon -> client: {"pid": int, "bytes": int, "gpu": uuid}
+  // The memory pool (docs/memory.md), on a registered client's connection:
+  pool_acquire = 9,     // client -> daemon: {"bytes": int, "chunk_bytes": int}; answered (perhaps
+                        //   after other processes released memory) by pool_chunk messages, then pool_granted
+  pool_chunk = 10,      // daemon -> client: {"id": int} + the chunk's fd
+  pool_granted = 11,    // daemon -> client: {"chunks": int, "short_bytes": int, "reason": str}
+  pool_register = 12,   // client -> daemon: {"bytes": int} + the fd of a chunk it created
+  pool_registered = 13, // daemon -> client: {"id": int}
+  pool_release = 14,    // client -> daemon: {"ids": [int]} chunks it unmapped
+  pool_released = 15,   // daemon -> client: {"released": int}
   error = 0xFFFF,      // daemon -> client: {"errno": int, "message": str}
 };
 

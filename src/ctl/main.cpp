@@ -20,7 +20,7 @@ const char* kUsage =
     "usage: tandemctl <command> [options]\n"
     "  status [--json] [--socket PATH]   what the daemon sees: GPUs, bubbles, clients, tokens\n"
     "  trace --seconds N --out FILE      record N seconds of scheduling as a Chrome/Perfetto trace\n"
-    "  mem [--json]                      each process's device memory: in use, peak, quota, refusals\n"
+    "  mem [--json]                      each process's device memory: in use, peak, quota, refusals, pooled; the pool\n"
     "  mem --set PID SIZE                set a process's memory quota (8G, 512M, 25%; none clears)\n"
     "  settings [--markdown]             every TANDEM_* setting with default and description\n"
     "  version                           the version of tandemctl\n";
@@ -195,21 +195,37 @@ int mem_show(const std::string& socket_path, bool json) {
                       {"peak_bytes", s["peak_bytes"]}, {"quota_bytes", s["quota_bytes"]},
                       {"quota_source", s["assigned_quota_bytes"].get<unsigned long long>() ? "tandemd"
                                        : s["quota_bytes"].get<unsigned long long>() ? "TANDEM_MEM_LIMIT" : "none"},
-                      {"quota_refusals", s["quota_refusals"]}});
+                      {"quota_refusals", s["quota_refusals"]}, {"pool_bytes", s.value("pool_bytes", 0ull)}});
+  nlohmann::json pools = nlohmann::json::array();
+  for (const auto& g : j["gpus"])
+    if (g.contains("pool") && g["pool"]["chunks"].get<unsigned long long>()) {
+      nlohmann::json p = g["pool"];
+      p["gpu"] = g["uuid"];
+      pools.push_back(p);
+    }
   if (json) {
-    std::printf("%s\n", nlohmann::json{{"processes", rows}}.dump().c_str());
+    std::printf("%s\n", nlohmann::json{{"processes", rows}, {"pools", pools}}.dump().c_str());
     return 0;
   }
-  std::printf("%-10s %-8s %12s %12s %12s %-17s %8s\n", "GPU", "PID", "IN USE(MiB)", "PEAK(MiB)", "QUOTA(MiB)", "QUOTA FROM",
-              "REFUSED");
+  std::printf("%-10s %-8s %12s %12s %12s %-17s %8s %12s\n", "GPU", "PID", "IN USE(MiB)", "PEAK(MiB)", "QUOTA(MiB)",
+              "QUOTA FROM", "REFUSED", "POOLED(MiB)");
   for (const auto& r : rows) {
     unsigned long long quota = r["quota_bytes"].get<unsigned long long>();
-    std::printf("%-10s %-8d %12s %12s %12s %-17s %8llu\n", r["gpu"].get<std::string>().substr(0, 8).c_str(),
+    std::printf("%-10s %-8d %12s %12s %12s %-17s %8llu %12s\n", r["gpu"].get<std::string>().substr(0, 8).c_str(),
                 r["pid"].get<int>(), mib(r["bytes_in_use"].get<unsigned long long>()).c_str(),
                 mib(r["peak_bytes"].get<unsigned long long>()).c_str(), quota ? mib(quota).c_str() : "-",
-                r["quota_source"].get<std::string>().c_str(), r["quota_refusals"].get<unsigned long long>());
+                r["quota_source"].get<std::string>().c_str(), r["quota_refusals"].get<unsigned long long>(),
+                mib(r["pool_bytes"].get<unsigned long long>()).c_str());
   }
   if (rows.empty()) std::printf("(no registered processes)\n");
+  for (const auto& p : pools)
+    std::printf("pool on GPU %s: %s MiB in %llu chunks, %s MiB free, %s MiB of exited processes; %llu handovers "
+                "(last %.1f ms, max %.1f ms), %llu short answers\n",
+                p["gpu"].get<std::string>().substr(0, 8).c_str(), mib(p["bytes"].get<unsigned long long>()).c_str(),
+                p["chunks"].get<unsigned long long>(), mib(p["free_bytes"].get<unsigned long long>()).c_str(),
+                mib(p["orphaned_bytes"].get<unsigned long long>()).c_str(), p["handovers"].get<unsigned long long>(),
+                p["handover_last_ms"].get<double>(), p["handover_max_ms"].get<double>(),
+                p["short_answers"].get<unsigned long long>());
   return 0;
 }
 

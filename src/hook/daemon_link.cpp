@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "counters.h"
@@ -21,9 +22,13 @@ namespace tandem::hook {
 std::atomic<tandem_slot*> g_slot{nullptr};
 std::atomic<tandem_shm_header*> g_shm{nullptr};
 
+std::atomic<uint32_t> g_link_attempts{0};
+
 namespace {
 int g_socket = -1;
 size_t g_shm_size = 0;
+// Held for a whole exchange on the socket; the progress thread only tries it.
+std::mutex g_exchange_mutex;
 }  // namespace
 
 uint64_t monotonic_ns() noexcept {
@@ -45,6 +50,9 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
   addr.sun_family = AF_UNIX;
   if (std::strlen(path) >= sizeof addr.sun_path) return false;
   std::memcpy(addr.sun_path, path, std::strlen(path));
+  struct CountAttempt {
+    ~CountAttempt() { g_link_attempts.fetch_add(1, std::memory_order_release); }
+  } count_attempt;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
@@ -102,7 +110,40 @@ bool daemon_connected() noexcept {
   return !(n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK));  // 0 or error: the daemon closed us
 }
 
+bool daemon_exchange(uint32_t type, const std::string& payload, int send_fd, int timeout_ms, ReplyFn on_reply,
+                     void* user) noexcept {
+  std::lock_guard<std::mutex> lock(g_exchange_mutex);
+  if (g_socket < 0 || !g_shm.load(std::memory_order_acquire)) return false;
+  auto t = static_cast<MessageType>(type);
+  if (!(send_fd >= 0 ? send_message_with_fd(g_socket, t, payload, send_fd) : send_message(g_socket, t, payload)))
+    return false;
+  uint64_t deadline = monotonic_ns() + static_cast<uint64_t>(timeout_ms) * 1000000ull;
+  try {
+    for (;;) {
+      uint64_t now = monotonic_ns();
+      if (now >= deadline) return false;
+      MessageHeader h{};
+      std::string reply;
+      int fd = -1;
+      if (recv_message_with_fd(g_socket, h, reply, fd, static_cast<int>((deadline - now) / 1000000ull) + 1) !=
+          RecvStatus::ok)
+        return false;
+      if (h.type == static_cast<uint32_t>(MessageType::error)) {
+        if (fd >= 0) close(fd);
+        TANDEM_LOG_WARN("tandemd answered message {} with an error: {}", type, reply);
+        return false;
+      }
+      if (!on_reply(h.type, reply, fd, user)) return true;
+    }
+  } catch (...) {
+    return false;
+  }
+}
+
 void unlink_from_daemon() noexcept {
+  // Not while another thread is in an exchange: the next tick tries again.
+  std::unique_lock<std::mutex> lock(g_exchange_mutex, std::try_to_lock);
+  if (!lock.owns_lock()) return;
   g_slot.store(nullptr, std::memory_order_release);
   // The mapping is kept: a launch may still be reading the slot it loaded a moment ago.
   g_shm.store(nullptr, std::memory_order_release);

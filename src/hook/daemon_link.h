@@ -5,6 +5,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "tandem/shm_abi.h"
 
@@ -29,5 +30,17 @@ void unlink_from_daemon() noexcept;
 void forget_daemon_link_in_child() noexcept;
 
 uint64_t monotonic_ns() noexcept;
+
+// Link attempts made so far (the memory pool waits, bounded, for the first one).
+extern std::atomic<uint32_t> g_link_attempts;
+
+// One request on the registration socket and its replies, serialized between threads (the
+// memory pool asks from application threads and the progress thread). `send_fd` (-1: none)
+// travels with the request. Each reply goes to `on_reply(type, payload, fd)` until it returns
+// false; a passed fd belongs to the callee. False when not linked, on a socket error, or
+// after `timeout_ms` without a reply.
+using ReplyFn = bool (*)(uint32_t type, const std::string& payload, int fd, void* user);
+bool daemon_exchange(uint32_t type, const std::string& payload, int send_fd, int timeout_ms, ReplyFn on_reply,
+                     void* user) noexcept;
 
 }  // namespace tandem::hook

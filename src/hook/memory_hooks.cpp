@@ -2,7 +2,8 @@
 // managed, VMM by handle), track bytes in use and the peak, and enforce the quota
 // (memory_quota.h): an allocation is charged before it reaches the driver and refused with
 // CUDA_ERROR_OUT_OF_MEMORY when it would exceed the quota. The pool builds on these hooks
-// (DESIGN §6).
+// (DESIGN §6). With TANDEM_MEM_POOL=1, plain and stream-ordered allocations come from the
+// shared pool (pool_backend.h) instead of the driver.
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -11,6 +12,7 @@
 #include "hooks.h"
 #include "log.h"
 #include "memory_quota.h"
+#include "pool_backend.h"
 #include "real_driver.h"
 
 namespace tandem::hook {
@@ -82,6 +84,43 @@ CUresult freed(CUresult r, CUdeviceptr dptr) noexcept {
   return r;
 }
 
+// The memory pool (TANDEM_MEM_POOL=1) serves plain and stream-ordered allocations; the
+// others (pitch, managed, pools of the application's own, VMM) always reach the driver.
+// A stream-ordered allocation inside a stream capture becomes a graph node: the driver's.
+bool pooled(CUstream s, bool per_thread) noexcept {
+  if (!pool_serves()) return false;
+  if (s == nullptr && !per_thread) return true;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = per_thread ? g_real.cuStreamIsCapturing_ptsz(s, &status) : g_real.cuStreamIsCapturing(s, &status);
+  return r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+CUresult pool_alloc(CUdeviceptr* dptr, size_t size) noexcept {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t bytes = pool_charge(size);
+  if (!charge_memory(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr p = pool_allocate(bytes);
+  if (!p) {
+    uncharge_memory(bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *dptr = p;
+  count(memory_counters().allocs);
+  return CUDA_SUCCESS;
+}
+
+// True when `dptr` was the pool's (then `r` is the answer).
+bool pool_release(CUdeviceptr dptr, bool ordered, CUstream s, bool per_thread, CUresult& r) noexcept {
+  if (!dptr || !pool_owns(dptr)) return false;
+  uint64_t bytes = 0;
+  r = pool_free(dptr, ordered, s, per_thread, &bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) {
+    count(memory_counters().frees);
+    uncharge_memory(bytes);
+  }
+  return true;
+}
+
 }  // namespace
 
 void memory_tracker_reset_in_child() noexcept {
@@ -91,6 +130,7 @@ void memory_tracker_reset_in_child() noexcept {
 }
 
 CUresult hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t size) noexcept {
+  if (size && pooled(nullptr, false)) return pool_alloc(dptr, size);
   return allocate_pointer(dptr, size, [&] { return g_real.cuMemAlloc_v2(dptr, size); });
 }
 
@@ -111,14 +151,18 @@ CUresult hook_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
 }
 
 CUresult hook_cuMemFree_v2(CUdeviceptr dptr) noexcept {
+  CUresult r;
+  if (pool_release(dptr, false, nullptr, false, r)) return r;
   return freed(g_real.cuMemFree_v2(dptr), dptr);
 }
 
 CUresult hook_cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream s) noexcept {
+  if (size && pooled(s, false)) return pool_alloc(dptr, size);
   return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocAsync(dptr, size, s); });
 }
 
 CUresult hook_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream s) noexcept {
+  if (size && pooled(s, true)) return pool_alloc(dptr, size);
   return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocAsync_ptsz(dptr, size, s); });
 }
 
@@ -133,10 +177,14 @@ CUresult hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size, CUmem
 }
 
 CUresult hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream s) noexcept {
+  CUresult r;
+  if (pool_release(dptr, true, s, false, r)) return r;
   return freed(g_real.cuMemFreeAsync(dptr, s), dptr);
 }
 
 CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) noexcept {
+  CUresult r;
+  if (pool_release(dptr, true, s, true, r)) return r;
   return freed(g_real.cuMemFreeAsync_ptsz(dptr, s), dptr);
 }
 

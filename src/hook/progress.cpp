@@ -14,6 +14,7 @@
 #include "log.h"
 #include "memory_quota.h"
 #include "online_requests.h"
+#include "pool_backend.h"
 #include "real_driver.h"
 #include "settings.h"
 
@@ -163,6 +164,7 @@ void* progress_main(void*) {
       __atomic_store_n(&slot->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&slot->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
       memory_pressure_tick(now);
+      pool_tick();
       if (g_role == TANDEM_ROLE_INFERENCE) publish_request_latency();
       if (g_notes.work_since_marker.load(std::memory_order_relaxed) &&
           !g_notes.last_was_nccl.load(std::memory_order_relaxed))

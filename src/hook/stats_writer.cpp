@@ -11,6 +11,7 @@
 #include "counters.h"
 #include "log.h"
 #include "memory_quota.h"
+#include "pool_backend.h"
 #include "real_driver.h"
 
 #ifndef TANDEM_VERSION_STRING
@@ -68,6 +69,14 @@ std::string stats_json(const char* role) {
         {"fail_open", gate_counters().fail_open.load()}}},
       {"daemon", {{"links", gate_counters().daemon_links.load()}}},
   };
+  PoolFigures pool = pool_figures();
+  if (pool.on)
+    j["memory"]["pool"] = {{"held_bytes", pool.held_bytes},         {"live_bytes", pool.live_bytes},
+                           {"pending_bytes", pool.pending_bytes},   {"idle_bytes", pool.idle_bytes},
+                           {"chunks_created", pool.chunks_created}, {"chunks_received", pool.chunks_received},
+                           {"chunks_released", pool.chunks_released}, {"syncs", pool.syncs},
+                           {"driver_calls", pool.driver_calls},     {"handovers", pool.handovers},
+                           {"handover_ns_max", pool.handover_ns_max}, {"handover_ns_total", pool.handover_ns_total}};
   return j.dump(2) + "\n";
 }
 

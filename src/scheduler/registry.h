@@ -3,6 +3,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 
@@ -21,6 +22,10 @@ struct Client {
   uint64_t connected_ns = 0;
   FrameReader in;  // bytes received, cut into messages
   ReplyQueue out;  // replies not yet written
+  std::deque<int> passed_fds;  // descriptors received (SCM_RIGHTS), taken by pool_register in order
+  int pidfd = -1;              // the process, to see it exit after its connection closed (memory pool)
+  uint64_t pool_taken_bytes = 0;   // training: quota taken for inference by the memory policy
+  uint64_t quota_before_pool = 0;  // training: its assigned quota before the policy lowered it
 };
 
 class Registry {

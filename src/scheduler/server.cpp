@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -192,6 +193,11 @@ void Server::disconnect(int fd) {
     // Its slot and unspent tokens are reclaimed at once: the others continue.
     if (c->slot >= 0)
       if (GpuScheduler* g = gpu(c->gpu)) g->segment().release(c->slot);
+    for (int passed : c->passed_fds) close(passed);
+    // Its pooled chunks become free when the process is gone (now, if it crashed).
+    pool_.disconnect(fd, c->pidfd);
+    c->pidfd = -1;
+    std::erase_if(pool_waits_, [fd](const PoolWait& w) { return w.client == fd; });
   }
   registry_.remove(fd);
   close(fd);
@@ -199,8 +205,30 @@ void Server::disconnect(int fd) {
 
 bool Server::receive(Client& client) {
   char buffer[65536];
+  // Descriptors travel with pool_register (a chunk's fd); at most a few wait at a time.
+  constexpr size_t kMaxPassedFds = 64;
   for (;;) {
-    ssize_t n = recv(client.fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    iovec io{buffer, sizeof buffer};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+    msghdr msg{};
+    msg.msg_iov = &io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n = recvmsg(client.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr; c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int passed;
+        std::memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof passed);
+        client.passed_fds.push_back(passed);
+      }
+    }
+    if (client.passed_fds.size() > kMaxPassedFds) {
+      TANDEM_LOG_WARN("client pid {}: too many descriptors without pool_register; disconnecting", client.pid);
+      return false;
+    }
     if (n == 0) return false;  // closed
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -235,6 +263,9 @@ bool Server::handle(Client& client, const MessageHeader& header, const std::stri
       case MessageType::status_request: return reply(client, MessageType::status_reply, status_json());
       case MessageType::trace_request: return handle_trace(client, payload);
       case MessageType::quota_request: return handle_quota(client, payload);
+      case MessageType::pool_register: return handle_pool_register(client, payload);
+      case MessageType::pool_acquire: return handle_pool_acquire(client, payload);
+      case MessageType::pool_release: return handle_pool_release(client, payload);
       default:
         return reply_error(client, EBADMSG, "unknown message type " + std::to_string(header.type));
     }
@@ -267,6 +298,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   uint32_t code = role == "training" ? TANDEM_ROLE_TRAINING
                   : role == "inference" ? TANDEM_ROLE_INFERENCE : TANDEM_ROLE_BATCH_INFERENCE;
   int slot = g && g->segment().ok() ? g->segment().claim(client.pid, code) : -1;
+  if (slot >= 0) client.pidfd = static_cast<int>(syscall(SYS_pidfd_open, client.pid, 0));
   if (slot < 0) return reply_error(client, ENOSPC, "no free client slot on GPU " + uuid);
   client.role = role;
   client.registered = true;  // only now: a refused hello may be retried
@@ -331,6 +363,7 @@ GpuScheduler* Server::gpu(const std::string& uuid) {
 
 void Server::tick_all(uint64_t now_ns) {
   for (auto& [uuid, g] : gpus_) g->tick(now_ns);
+  pool_tick(now_ns);
 }
 
 std::string Server::status_json() const {
@@ -361,7 +394,7 @@ std::string Server::status_json() const {
                        {"quota_bytes", s.quota_bytes}, {"assigned_quota_bytes", s.assigned_quota_bytes},
                        {"quota_refusals", s.quota_refusals}, {"requests_open", s.requests_open},
                        {"latency_ms", static_cast<double>(s.latency_ns) / 1e6}, {"latency_samples", s.latency_samples},
-                       {"slo_ms", s.slo_us / 1e3}});
+                       {"slo_ms", s.slo_us / 1e3}, {"pool_bytes", pool_bytes_of(uuid, i)}});
     }
     nlohmann::json slo = nullptr;
     if (g->policy() == TANDEM_POLICY_SLO) {
@@ -384,6 +417,7 @@ std::string Server::status_json() const {
                     {"longest_bubble_ms", static_cast<double>(d.longest_bubble_ns()) / 1e6},
                     {"admission_refused", g->refusals()},
                     {"slo", slo},
+                    {"pool", pool_status(uuid)},
                     {"slots", slots}});
   }
   nlohmann::json j = {{"gpus", gpus},

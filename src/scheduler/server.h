@@ -5,10 +5,13 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "protocol.h"
 #include "gpu_scheduler.h"
+#include "memory_pool.h"
 #include "registry.h"
 
 namespace tandem::scheduler {
@@ -48,6 +51,19 @@ class Server {
   bool handle_hello(Client& client, const std::string& payload);
   bool handle_trace(Client& client, const std::string& payload);
   bool handle_quota(Client& client, const std::string& payload);
+  // The memory pool (server_pool.cpp).
+  bool handle_pool_register(Client& client, const std::string& payload);
+  bool handle_pool_acquire(Client& client, const std::string& payload);
+  bool handle_pool_release(Client& client, const std::string& payload);
+  bool send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq);
+  // Serves waiting acquisitions from free chunks; answers those past their deadline.
+  void serve_pool_waits(uint64_t now_ns);
+  // SIRIUS's InferRelease on the daemon's side: free memory beyond W goes back to training.
+  void give_back_to_training(const std::string& gpu);
+  void set_quota(Client& client, uint64_t bytes);
+  void pool_tick(uint64_t now_ns);
+  nlohmann::json pool_status(const std::string& gpu) const;
+  uint64_t pool_bytes_of(const std::string& gpu, uint32_t slot) const;
   GpuScheduler* gpu(const std::string& uuid);
   void tick_all(uint64_t now_ns);
   void disconnect(int fd);
@@ -58,6 +74,19 @@ class Server {
   std::atomic<bool> stopping_{false};
   Registry registry_;
   std::map<std::string, std::unique_ptr<GpuScheduler>> gpus_;  // by GPU UUID
+  MemoryPool pool_;
+  struct PoolWait {  // an inference process's acquisition waiting for training to release
+    int client;
+    uint64_t seq, chunk_bytes;
+    uint32_t wanted, given;
+    uint64_t started_ns, deadline_ns;
+  };
+  std::vector<PoolWait> pool_waits_;
+  struct PoolFigures {
+    uint64_t handovers = 0, short_answers = 0;
+    double last_ms = 0, max_ms = 0;
+  };
+  std::map<std::string, PoolFigures> pool_figures_;  // by GPU
   uint64_t started_ns_ = 0;
 };
 

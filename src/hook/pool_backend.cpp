@@ -1,0 +1,353 @@
+#include "pool_backend.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <ctime>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "chunk_pool.h"
+#include "daemon_link.h"
+#include "log.h"
+#include "memory_quota.h"
+#include "progress.h"
+#include "protocol.h"
+#include "real_driver.h"
+#include "settings.h"
+
+namespace tandem::hook {
+
+namespace {
+
+using memory::ChunkPool;
+using memory::GrantedChunk;
+
+// The pool's driver calls, all made under the pool's lock (so the state here needs none).
+class RealPoolDriver final : public memory::PoolDriver {
+ public:
+  explicit RealPoolDriver(CUdevice device) : device_(device) {
+    prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop_.location.id = device;
+    prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    access_.location = prop_.location;
+    access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  const CUmemAllocationProp& prop() const { return prop_; }
+
+  bool reserve(uint64_t bytes, uint64_t& base) override {
+    CUdeviceptr p = 0;
+    if (g_real.cuMemAddressReserve(&p, bytes, 0, 0, 0) != CUDA_SUCCESS) return false;
+    base = p;
+    return true;
+  }
+  bool create(uint64_t bytes, uint64_t& handle) override {
+    CUmemGenericAllocationHandle h = 0;
+    if (g_real.cuMemCreate(&h, bytes, &prop_, 0) != CUDA_SUCCESS) return false;
+    handle = h;
+    return true;
+  }
+  int export_fd(uint64_t handle) override {
+    int fd = -1;
+    return g_real.cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
+                   CUDA_SUCCESS
+               ? fd
+               : -1;
+  }
+  bool import_fd(int fd, uint64_t& handle) override {
+    CUmemGenericAllocationHandle h = 0;
+    void* os_handle = reinterpret_cast<void*>(static_cast<intptr_t>(fd));  // the fd, by value
+    if (g_real.cuMemImportFromShareableHandle(&h, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) !=
+        CUDA_SUCCESS)
+      return false;
+    handle = h;
+    return true;
+  }
+  bool map(uint64_t va, uint64_t bytes, uint64_t handle) override {
+    if (g_real.cuMemMap(va, bytes, 0, handle, 0) != CUDA_SUCCESS) return false;
+    if (g_real.cuMemSetAccess(va, bytes, &access_, 1) == CUDA_SUCCESS) return true;
+    g_real.cuMemUnmap(va, bytes);
+    return false;
+  }
+  void unmap(uint64_t va, uint64_t bytes) override { g_real.cuMemUnmap(va, bytes); }
+  void release(uint64_t handle) override { g_real.cuMemRelease(handle); }
+  // On a stream of the pool's own, waited for: the application's streams (non-blocking ones
+  // included) must see zeros from their first use.
+  bool zero(uint64_t va, uint64_t bytes) override {
+    if (!zero_stream_ && g_real.cuStreamCreate(&zero_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+      zero_stream_ = nullptr;
+      return false;
+    }
+    return g_real.cuMemsetD8Async(va, 0, bytes, zero_stream_) == CUDA_SUCCESS &&
+           g_real.cuStreamSynchronize(zero_stream_) == CUDA_SUCCESS;
+  }
+  void* record(void* stream, bool per_thread) override {
+    CUevent e = nullptr;
+    if (!events_.empty()) {
+      e = events_.back();
+      events_.pop_back();
+    } else if (g_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      return nullptr;
+    }
+    auto s = static_cast<CUstream>(stream);
+    if ((per_thread ? g_real.cuEventRecord_ptsz(e, s) : g_real.cuEventRecord(e, s)) != CUDA_SUCCESS) {
+      events_.push_back(e);
+      return nullptr;
+    }
+    return e;
+  }
+  bool done(void* marker) override { return g_real.cuEventQuery(static_cast<CUevent>(marker)) != CUDA_ERROR_NOT_READY; }
+  void recycle(void* marker) override { events_.push_back(static_cast<CUevent>(marker)); }
+  void synchronize() override { g_real.cuCtxSynchronize(); }
+
+ private:
+  CUdevice device_;
+  CUmemAllocationProp prop_{};
+  CUmemAccessDesc access_{};
+  CUstream zero_stream_ = nullptr;
+  std::vector<CUevent> events_;
+};
+
+// tandemd's side, over the registration socket (fails, and the pool makes its own chunks,
+// while there is no daemon).
+class DaemonBroker final : public memory::PoolBroker {
+  // Every request carries a number its replies repeat: a reply to an earlier request that
+  // timed out here is recognized and dropped (its descriptor closed), never taken for this one.
+  std::atomic<uint64_t> seq_{0};
+
+  struct Replies {
+    uint64_t seq = 0;
+    std::vector<GrantedChunk> chunks;
+    std::string reason;
+    uint64_t id = 0;
+  };
+  // Parses a reply; false when it belongs to another request (dropped).
+  static bool ours(const Replies& r, const std::string& payload, int fd, nlohmann::json& j) {
+    j = nlohmann::json::parse(payload, nullptr, false);
+    if (j.is_object() && j.value("seq", uint64_t{0}) == r.seq) return true;
+    if (fd >= 0) close(fd);
+    return false;
+  }
+
+ public:
+  bool linked() override { return current_slot() != nullptr; }
+
+  std::vector<GrantedChunk> acquire(uint64_t bytes, uint64_t chunk_bytes) override {
+    Replies replies;
+    replies.seq = ++seq_;
+    auto on_reply = [](uint32_t type, const std::string& payload, int fd, void* user) {
+      auto& r = *static_cast<Replies*>(user);
+      nlohmann::json j;
+      if (!ours(r, payload, fd, j)) return true;  // keep reading for ours
+      if (type == static_cast<uint32_t>(MessageType::pool_chunk) && fd >= 0) {
+        r.chunks.push_back(GrantedChunk{fd, j.value("id", uint64_t{0})});
+        return true;
+      }
+      if (fd >= 0) close(fd);
+      if (type == static_cast<uint32_t>(MessageType::pool_granted) && j.value("short_bytes", 0ull))
+        r.reason = j.value("reason", std::string());
+      return false;  // pool_granted (or anything unexpected) ends the answer
+    };
+    int wait_ms = static_cast<int>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS));
+    nlohmann::json request = {{"bytes", bytes}, {"chunk_bytes", chunk_bytes}, {"seq", replies.seq}, {"wait_ms", wait_ms}};
+    int timeout_ms = wait_ms + 1000;  // tandemd answers by wait_ms
+    uint64_t start = monotonic_ns();
+    daemon_exchange(static_cast<uint32_t>(MessageType::pool_acquire), request.dump(), -1, timeout_ms, on_reply,
+                    &replies);
+    TANDEM_LOG_DEBUG("memory pool: asked tandemd for {} MiB, got {} chunks in {:.2f} ms", bytes >> 20,
+                     replies.chunks.size(), static_cast<double>(monotonic_ns() - start) / 1e6);
+    if (!replies.reason.empty()) TANDEM_LOG_INFO("memory pool: tandemd is short: {}", replies.reason);
+    return replies.chunks;
+  }
+
+  uint64_t register_chunk(int fd, uint64_t bytes) override {
+    Replies replies;
+    replies.seq = ++seq_;
+    auto on_reply = [](uint32_t type, const std::string& payload, int passed, void* user) {
+      auto& r = *static_cast<Replies*>(user);
+      nlohmann::json j;
+      if (!ours(r, payload, passed, j)) return true;
+      if (passed >= 0) close(passed);
+      if (type == static_cast<uint32_t>(MessageType::pool_registered)) r.id = j.value("id", uint64_t{0});
+      return false;
+    };
+    daemon_exchange(static_cast<uint32_t>(MessageType::pool_register),
+                    nlohmann::json{{"bytes", bytes}, {"seq", replies.seq}}.dump(), fd, 2000, on_reply, &replies);
+    return replies.id;
+  }
+
+  void release(const std::vector<uint64_t>& ids) override {
+    Replies replies;
+    replies.seq = ++seq_;
+    auto on_reply = [](uint32_t, const std::string& payload, int passed, void* user) {
+      nlohmann::json j;
+      if (!ours(*static_cast<Replies*>(user), payload, passed, j)) return true;
+      if (passed >= 0) close(passed);
+      return false;
+    };
+    // Not linked (tandemd went away): its descriptors went with it; the chunks are gone.
+    daemon_exchange(static_cast<uint32_t>(MessageType::pool_release),
+                    nlohmann::json{{"ids", ids}, {"seq", replies.seq}}.dump(), -1, 2000, on_reply, &replies);
+  }
+};
+
+std::mutex g_init_mutex;
+std::atomic<int> g_state{0};  // 0: not set up yet, 1: serving, -1: off
+ChunkPool* g_pool = nullptr;  // set once, never destroyed (frees may come during exit)
+std::atomic<uint64_t> g_handovers{0}, g_handover_ns_max{0}, g_handover_ns_total{0};
+
+void turn_off(const char* why) {
+  TANDEM_LOG_WARN("memory pool off, allocations pass through to the driver: {}", why);
+  g_state.store(-1, std::memory_order_release);
+}
+
+// Bounded: a process with a role registers on its progress thread, which starts with the
+// first launch or (here) the first pooled allocation; chunks made before the link would not
+// be tandemd's to move.
+void wait_for_first_link_attempt(CUcontext ctx) {
+  if (g_role == TANDEM_ROLE_NONE) return;
+  CUcontext expected = nullptr;
+  g_notes.context.compare_exchange_strong(expected, ctx, std::memory_order_acq_rel);
+  start_progress_thread();
+  uint64_t deadline = monotonic_ns() + 1000000000ull;
+  while (g_link_attempts.load(std::memory_order_acquire) == 0 && monotonic_ns() < deadline) {
+    timespec ts{0, 1000000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+// Under g_init_mutex. True when the pool serves from now on.
+bool set_up() {
+  if (!setting_bool(SettingId::TANDEM_MEM_POOL)) return turn_off("TANDEM_MEM_POOL is not 1"), false;
+  CUcontext ctx = nullptr;
+  CUdevice dev = 0;
+  if (g_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || g_real.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+    return false;  // no context yet: the driver will refuse the allocation anyway; try next time
+  int vmm = 0, fds = 0;
+  g_real.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+  g_real.cuDeviceGetAttribute(&fds, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev);
+  if (!vmm) return turn_off("the device does not support virtual memory management"), false;
+  if (!fds) return turn_off("the device cannot export memory as POSIX file descriptors"), false;
+  MemorySize chunk_setting;
+  parse_memory_size(setting_text(SettingId::TANDEM_MEM_CHUNK), chunk_setting);
+  auto* driver = new RealPoolDriver(dev);
+  size_t granularity = 0;
+  if (g_real.cuMemGetAllocationGranularity(&granularity, &driver->prop(), CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+          CUDA_SUCCESS ||
+      !granularity)
+    return turn_off("the driver gives no allocation granularity"), false;
+  uint64_t chunk = chunk_setting.is_percent ? 0 : chunk_setting.bytes;
+  if (!chunk || chunk % granularity) {
+    TANDEM_LOG_WARN("TANDEM_MEM_CHUNK={} is not a multiple of the granularity ({} bytes)",
+                    setting_text(SettingId::TANDEM_MEM_CHUNK), granularity);
+    return turn_off("bad TANDEM_MEM_CHUNK"), false;
+  }
+  size_t total = 0;
+  g_real.cuDeviceTotalMem_v2(&total, dev);
+  // Twice the device: room for runs next to a fragmented middle; address space is cheap.
+  uint64_t va = (2 * static_cast<uint64_t>(total) + chunk - 1) / chunk * chunk;
+  wait_for_first_link_attempt(ctx);
+  static DaemonBroker broker;
+  auto* pool = new ChunkPool(*driver, broker, chunk, va);
+  const char* why = "";
+  if (!pool->init(&why)) return turn_off(why), false;
+  g_pool = pool;
+  g_state.store(1, std::memory_order_release);
+  TANDEM_LOG_INFO("memory pool on: {} MiB chunks, {} GiB of addresses, {}", chunk >> 20, va >> 30,
+                  broker.linked() ? "shared through tandemd" : "no tandemd yet (chunks stay local)");
+  return true;
+}
+
+}  // namespace
+
+bool pool_serves() noexcept {
+  int state = g_state.load(std::memory_order_acquire);
+  if (state) return state > 0;
+  try {
+    std::lock_guard<std::mutex> lock(g_init_mutex);
+    if ((state = g_state.load(std::memory_order_acquire))) return state > 0;
+    return set_up();
+  } catch (...) {
+    return false;
+  }
+}
+
+uint64_t pool_charge(uint64_t bytes) noexcept { return memory::RangeAllocator::rounded(bytes ? bytes : 1); }
+
+CUdeviceptr pool_allocate(uint64_t bytes) noexcept {
+  try {
+    uint64_t received = g_pool->chunks_received();
+    uint64_t start = monotonic_ns();
+    uint64_t ptr = g_pool->allocate(bytes);
+    if (ptr && g_pool->chunks_received() > received) {  // memory that changed owner
+      uint64_t took = monotonic_ns() - start;
+      g_handovers.fetch_add(1, std::memory_order_relaxed);
+      g_handover_ns_total.fetch_add(took, std::memory_order_relaxed);
+      uint64_t max = g_handover_ns_max.load(std::memory_order_relaxed);
+      while (took > max && !g_handover_ns_max.compare_exchange_weak(max, took)) {
+      }
+    }
+    return ptr;
+  } catch (...) {
+    return 0;
+  }
+}
+
+bool pool_owns(CUdeviceptr ptr) noexcept { return g_state.load(std::memory_order_acquire) > 0 && g_pool->owns(ptr); }
+
+bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint64_t* bytes) noexcept {
+  try {
+    return g_pool->free(ptr, ordered, s, per_thread, bytes);
+  } catch (...) {
+    return false;
+  }
+}
+
+void pool_tick() noexcept {
+  if (g_state.load(std::memory_order_acquire) <= 0) return;
+  try {
+    memory::PoolStats s;
+    if (!g_pool->try_stats(s)) return;
+    uint64_t quota = memory_quota();
+    if (quota && s.held_bytes > quota) {  // tandemd lowered the quota: give back what is idle
+      uint64_t start = monotonic_ns();
+      uint64_t released = g_pool->try_trim(quota, true);
+      if (released)
+        TANDEM_LOG_DEBUG("memory pool: gave back {} MiB for a quota of {} MiB in {:.2f} ms", released >> 20,
+                         quota >> 20, static_cast<double>(monotonic_ns() - start) / 1e6);
+      return;
+    }
+    if (g_role != TANDEM_ROLE_INFERENCE) return;
+    // SIRIUS's InferRelease: idle memory is kept up to 2W, then given back down to W.
+    MemorySize w;
+    parse_memory_size(setting_text(SettingId::TANDEM_MEM_WATERMARK), w);
+    uint64_t watermark = w.is_percent ? 0 : w.bytes;
+    if (s.idle_bytes >= 2 * watermark && s.idle_bytes > watermark && s.idle_bytes >= s.chunk_bytes)
+      g_pool->try_trim(s.held_bytes - (s.idle_bytes - watermark), false);
+  } catch (...) {
+  }
+}
+
+PoolFigures pool_figures() noexcept {
+  PoolFigures f{};
+  if (g_state.load(std::memory_order_acquire) <= 0) return f;
+  memory::PoolStats s = g_pool->stats();
+  f.on = true;
+  f.held_bytes = s.held_bytes;
+  f.live_bytes = s.live_bytes;
+  f.pending_bytes = s.pending_bytes;
+  f.idle_bytes = s.idle_bytes;
+  f.chunks_created = s.chunks_created;
+  f.chunks_received = s.chunks_received;
+  f.chunks_released = s.chunks_released;
+  f.syncs = s.syncs;
+  f.driver_calls = s.driver_calls;
+  f.handovers = g_handovers.load(std::memory_order_relaxed);
+  f.handover_ns_max = g_handover_ns_max.load(std::memory_order_relaxed);
+  f.handover_ns_total = g_handover_ns_total.load(std::memory_order_relaxed);
+  return f;
+}
+
+}  // namespace tandem::hook

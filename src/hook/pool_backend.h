@@ -1,0 +1,31 @@
+// The hook's side of the memory pool (TANDEM_MEM_POOL=1; docs/memory.md): the ChunkPool
+// (src/memory) on the real driver and tandemd's socket, and what memory_hooks.cpp routes to it.
+#pragma once
+#include <cstdint>
+
+#include "cuda_abi.h"
+
+namespace tandem::hook {
+
+// True when the pool serves this process (set up at the first pooled allocation; an
+// unsupported device or a bad setting turns it off for good, with the reason logged once).
+bool pool_serves() noexcept;
+// A pooled block of `bytes` (already charged to the quota), or 0.
+CUdeviceptr pool_allocate(uint64_t bytes) noexcept;
+bool pool_owns(CUdeviceptr ptr) noexcept;
+// Frees a pooled block (stream-ordered when `ordered`); `bytes` gets its charged size.
+bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint64_t* bytes) noexcept;
+// The size a pooled allocation of `bytes` is charged (rounded as the pool allocates it).
+uint64_t pool_charge(uint64_t bytes) noexcept;
+// From the progress thread: gives idle chunks back when over the quota (training asked by
+// tandemd), or past twice the watermark of idle memory (inference, SIRIUS's InferRelease).
+void pool_tick() noexcept;
+// Stats file: {"held_bytes", ...} or null when the pool is off.
+struct PoolFigures {
+  bool on = false;
+  uint64_t held_bytes, live_bytes, pending_bytes, idle_bytes, chunks_created, chunks_received, chunks_released,
+      syncs, driver_calls, handovers, handover_ns_max, handover_ns_total;
+};
+PoolFigures pool_figures() noexcept;
+
+}  // namespace tandem::hook

@@ -1,0 +1,74 @@
+// tandemd's side of the node's memory pool (DESIGN §6, docs/memory.md): the chunks processes
+// registered, whose descriptors the daemon holds (so a chunk outlives the process that made
+// it, and the daemon needs no CUDA context), who owns each, and SIRIUS's reallocation rule.
+// Ownership follows the client's connection; a closed connection returns its chunks only when
+// the process is really gone (its pidfd says so): a live process may still have them mapped.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tandem::scheduler {
+
+struct PoolChunk {
+  uint64_t id = 0;
+  int fd = -1;  // the daemon's descriptor of the chunk
+  uint64_t bytes = 0;
+  std::string gpu;
+  int owner = -1;  // client connection holding it; -1: free
+  int orphan_pidfd = -1;  // owner's connection closed, process maybe alive: free when this fires
+};
+
+class MemoryPool {
+ public:
+  ~MemoryPool();
+  // Registers a chunk a client created (the pool keeps `fd`). Its id.
+  uint64_t add(int fd, uint64_t bytes, const std::string& gpu, int owner);
+  // Up to `count` free chunks of `bytes` on `gpu`, now owned by `owner`.
+  std::vector<const PoolChunk*> take(const std::string& gpu, uint64_t bytes, uint32_t count, int owner);
+  // Chunks `owner` gave back (others' ids are ignored). How many became free.
+  uint32_t release(int owner, const std::vector<uint64_t>& ids);
+  // The owner's connection closed. `pidfd` (-1: unknown, taken as gone) tells when the
+  // process is gone; until then its chunks stay out of reach. Takes `pidfd`.
+  void disconnect(int owner, int pidfd);
+  // Frees the chunks of orphans whose process exited. How many became free.
+  uint32_t reap_orphans();
+
+  uint64_t held_by(int owner) const;
+  uint64_t free_bytes(const std::string& gpu, uint64_t chunk_bytes) const;
+  struct Totals {
+    uint64_t chunks = 0, bytes = 0, free_chunks = 0, free_bytes = 0, orphaned_bytes = 0;
+  };
+  Totals totals(const std::string& gpu) const;
+  size_t chunks_owned(int owner) const;
+
+ private:
+  std::map<uint64_t, PoolChunk> chunks_;  // by id
+  uint64_t next_id_ = 1;
+};
+
+// SIRIUS Algorithm 1, InferRequire, on the training side: to give inference `shortfall`
+// bytes plus the watermark W, in whole chunks, lower the quota of the training processes that
+// hold the most pooled memory. Each entry's new quota is returned; `missing` is what even
+// every training process's whole pooled memory could not cover ("nothing left to give").
+struct TrainingHolder {
+  int client = -1;
+  uint64_t held = 0;   // pooled bytes it holds
+  uint64_t quota = 0;  // its quota now (0: none)
+};
+struct ReclaimPlan {
+  std::vector<std::pair<int, uint64_t>> new_quotas;  // client, quota
+  uint64_t taken = 0;
+  uint64_t missing = 0;
+};
+ReclaimPlan plan_reclaim(uint64_t shortfall, uint64_t watermark, uint64_t chunk_bytes,
+                         std::vector<TrainingHolder> trainings);
+
+// InferRelease, on the daemon's side: of the free memory beyond W, what may go back to
+// training (whole chunks, at most what was taken from it).
+uint64_t give_back_bytes(uint64_t free_bytes, uint64_t watermark, uint64_t chunk_bytes, uint64_t taken_before);
+
+}  // namespace tandem::scheduler

@@ -1,0 +1,216 @@
+// tandemd's memory-pool messages (docs/memory.md): chunks registered by the processes that
+// made them, handed to processes that need memory, reclaimed from training for online
+// inference (SIRIUS Algorithm 1), and back to the pool when a process is gone.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "log.h"
+#include "server.h"
+#include "settings.h"
+
+namespace tandem::scheduler {
+
+namespace {
+
+uint64_t setting_bytes(SettingId id) {
+  MemorySize size;
+  return parse_memory_size(setting_text(id), size) && !size.is_percent ? size.bytes : 0;
+}
+
+uint64_t watermark() { return setting_bytes(SettingId::TANDEM_MEM_WATERMARK); }
+uint64_t pool_chunk_bytes() { return setting_bytes(SettingId::TANDEM_MEM_CHUNK); }
+
+nlohmann::json parse_object(const std::string& payload) {
+  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
+  return j.is_object() ? j : nlohmann::json();
+}
+
+}  // namespace
+
+bool Server::handle_pool_register(Client& client, const std::string& payload) {
+  nlohmann::json j = parse_object(payload);
+  int fd = -1;
+  if (!client.passed_fds.empty()) {
+    fd = client.passed_fds.front();
+    client.passed_fds.pop_front();
+  }
+  if (client.slot < 0) {
+    if (fd >= 0) close(fd);
+    return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
+  }
+  uint64_t bytes = j.is_object() ? j.value("bytes", uint64_t{0}) : 0;
+  if (fd < 0 || !bytes) {
+    if (fd >= 0) close(fd);
+    return reply_error(client, EINVAL, "pool_register needs {\"bytes\": int} and the chunk's descriptor");
+  }
+  uint64_t id = pool_.add(fd, bytes, client.gpu, client.fd);
+  TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, bytes);
+  return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump());
+}
+
+// Each chunk needs its own sendmsg for the descriptor: written directly, after every queued
+// reply (the client asks one thing at a time, so there are none), as hello_ok does.
+bool Server::send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq) {
+  if (!client.out.empty() && !client.out.flush(client.fd)) return false;
+  for (const PoolChunk* c : chunks)
+    if (!client.out.empty() ||
+        !send_message_with_fd(client.fd, MessageType::pool_chunk, nlohmann::json{{"id", c->id}, {"seq", seq}}.dump(), c->fd))
+      return false;
+  return true;
+}
+
+bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
+  nlohmann::json j = parse_object(payload);
+  uint64_t bytes = j.is_object() ? j.value("bytes", uint64_t{0}) : 0;
+  uint64_t chunk = j.is_object() ? j.value("chunk_bytes", uint64_t{0}) : 0;
+  uint64_t seq = j.is_object() ? j.value("seq", uint64_t{0}) : 0;
+  if (client.slot < 0) return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
+  if (!bytes || !chunk) return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
+  uint32_t wanted = static_cast<uint32_t>(std::min<uint64_t>((bytes + chunk - 1) / chunk, 1u << 20));
+  auto given = pool_.take(client.gpu, chunk, wanted, client.fd);
+  if (!send_chunks(client, given, seq)) return false;
+  uint32_t n = static_cast<uint32_t>(given.size());
+  auto granted = [&](uint32_t count, const std::string& reason) {
+    if (count < wanted) ++pool_figures_[client.gpu].short_answers;
+    return reply(client, MessageType::pool_granted,
+                 nlohmann::json{{"chunks", count}, {"short_bytes", (wanted - count) * chunk}, {"reason", reason},
+                                {"seq", seq}}
+                     .dump());
+  };
+  if (n == wanted) return granted(n, "");
+  // Only online inference takes memory from training; the others make chunks of their own
+  // from the GPU's free memory.
+  if (client.role != "inference") return granted(n, "no free chunks in the pool");
+  std::vector<TrainingHolder> trainings;
+  for (const auto& [fd, c] : registry_.clients())
+    if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0)
+      trainings.push_back({fd, pool_.held_by(fd), gpu(c.gpu)->segment().shm()->slots[c.slot].assigned_quota_bytes});
+  ReclaimPlan plan = plan_reclaim((wanted - n) * chunk, watermark(), chunk, trainings);
+  for (const auto& [fd, quota] : plan.new_quotas) {
+    Client* t = registry_.find(fd);
+    uint64_t before = gpu(t->gpu)->segment().shm()->slots[t->slot].assigned_quota_bytes;
+    if (!t->pool_taken_bytes) t->quota_before_pool = before;
+    t->pool_taken_bytes += (before && before < pool_.held_by(fd) ? before : pool_.held_by(fd)) - quota;
+    set_quota(*t, quota);
+    TANDEM_LOG_INFO("memory policy: training pid {} quota lowered to {} MiB for inference pid {}", t->pid, quota >> 20,
+                    client.pid);
+  }
+  if (!plan.taken) {
+    TANDEM_LOG_WARN("memory policy: inference pid {} needs {} MiB; training has nothing left to give", client.pid,
+                    ((wanted - n) * chunk) >> 20);
+    return granted(n, "training has nothing left to give");
+  }
+  uint64_t now = monotonic_ns();
+  uint64_t wait_ms = std::min<uint64_t>(j.value("wait_ms", uint64_t{1000}),
+                                        static_cast<uint64_t>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS)));
+  pool_waits_.push_back(PoolWait{client.fd, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull});
+  return true;
+}
+
+bool Server::handle_pool_release(Client& client, const std::string& payload) {
+  nlohmann::json j = parse_object(payload);
+  if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array())
+    return reply_error(client, EINVAL, "pool_release needs {\"ids\": [int]}");
+  uint32_t n = pool_.release(client.fd, j["ids"].get<std::vector<uint64_t>>());
+  if (!reply(client, MessageType::pool_released, nlohmann::json{{"released", n}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump()))
+    return false;
+  serve_pool_waits(monotonic_ns());
+  if (client.role != "training") give_back_to_training(client.gpu);
+  return true;
+}
+
+void Server::serve_pool_waits(uint64_t now_ns) {
+  for (size_t i = 0; i < pool_waits_.size();) {
+    PoolWait& w = pool_waits_[i];
+    Client* c = registry_.find(w.client);
+    bool finished = !c;
+    if (c) {
+      auto given = pool_.take(c->gpu, w.chunk_bytes, w.wanted - w.given, c->fd);
+      if (!send_chunks(*c, given, w.seq)) {
+        disconnect(w.client);  // erases its waits: start over
+        i = 0;
+        continue;
+      }
+      w.given += static_cast<uint32_t>(given.size());
+      bool done = w.given == w.wanted;
+      if (done || now_ns >= w.deadline_ns) {
+        PoolFigures& f = pool_figures_[c->gpu];
+        double ms = static_cast<double>(now_ns - w.started_ns) / 1e6;
+        std::string reason;
+        if (done) {
+          ++f.handovers;
+          f.last_ms = ms;
+          f.max_ms = std::max(f.max_ms, ms);
+        } else {
+          ++f.short_answers;
+          reason = "training released " + std::to_string(w.given) + " of " + std::to_string(w.wanted) +
+                   " chunks in time";
+          TANDEM_LOG_WARN("memory policy: inference pid {}: {}", c->pid, reason);
+        }
+        reply(*c, MessageType::pool_granted,
+              nlohmann::json{{"chunks", w.given}, {"short_bytes", (w.wanted - w.given) * w.chunk_bytes},
+                             {"reason", reason}, {"seq", w.seq}, {"waited_ms", ms}}
+                  .dump());
+        finished = true;
+      }
+    }
+    if (finished) {
+      pool_waits_.erase(pool_waits_.begin() + static_cast<long>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void Server::give_back_to_training(const std::string& gpu_uuid) {
+  if (!pool_waits_.empty()) return;  // inference is still waiting for memory
+  uint64_t chunk = pool_chunk_bytes();
+  uint64_t free_bytes = pool_.free_bytes(gpu_uuid, chunk);
+  std::vector<int> fds;
+  for (const auto& [fd, c] : registry_.clients()) fds.push_back(fd);
+  for (int fd : fds) {
+    Client& t = *registry_.find(fd);
+    if (t.role != "training" || t.gpu != gpu_uuid || !t.pool_taken_bytes || t.slot < 0) continue;
+    uint64_t give = give_back_bytes(free_bytes, watermark(), chunk, t.pool_taken_bytes);
+    if (!give) break;
+    free_bytes -= give;
+    t.pool_taken_bytes -= give;
+    uint64_t quota = gpu(t.gpu)->segment().shm()->slots[t.slot].assigned_quota_bytes + give;
+    set_quota(t, t.pool_taken_bytes ? quota : t.quota_before_pool);
+    TANDEM_LOG_INFO("memory policy: {} MiB back to training pid {}", give >> 20, t.pid);
+  }
+}
+
+void Server::set_quota(Client& client, uint64_t bytes) {
+  tandem_shm_header* shm = gpu(client.gpu)->segment().shm();
+  __atomic_store_n(&shm->slots[client.slot].assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
+}
+
+void Server::pool_tick(uint64_t now_ns) {
+  if (pool_.reap_orphans() || !pool_waits_.empty()) serve_pool_waits(now_ns);
+}
+
+uint64_t Server::pool_bytes_of(const std::string& gpu_uuid, uint32_t slot) const {
+  for (const auto& [fd, c] : registry_.clients())
+    if (c.gpu == gpu_uuid && c.slot == static_cast<int>(slot)) return pool_.held_by(fd);
+  return 0;
+}
+
+nlohmann::json Server::pool_status(const std::string& gpu_uuid) const {
+  MemoryPool::Totals t = pool_.totals(gpu_uuid);
+  auto f = pool_figures_.find(gpu_uuid);
+  PoolFigures figures = f == pool_figures_.end() ? PoolFigures{} : f->second;
+  size_t waits = std::count_if(pool_waits_.begin(), pool_waits_.end(), [&](const PoolWait& w) {
+    auto c = registry_.clients().find(w.client);
+    return c != registry_.clients().end() && c->second.gpu == gpu_uuid;
+  });
+  return {{"chunks", t.chunks},         {"bytes", t.bytes},
+          {"free_bytes", t.free_bytes}, {"orphaned_bytes", t.orphaned_bytes},
+          {"waits", waits},             {"handovers", figures.handovers},
+          {"short_answers", figures.short_answers}, {"handover_last_ms", figures.last_ms},
+          {"handover_max_ms", figures.max_ms}};
+}
+
+}  // namespace tandem::scheduler

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The memory pool (TANDEM_MEM_POOL=1) end to end on the simulated GPU, where chunks are memfds
+really shared between processes (so a late write by one process would really land in another's
+data).
+
+  self       a block freed while queued work still writes it is reused only after that work
+             (same process, another stream)
+  pollution  SIRIUS's data-pollution case: training frees a buffer its queued kernel still
+             writes; online inference then needs memory, tandemd takes it from training, and
+             inference reads zeros, never training's bytes, and training's late write never
+             lands in inference's data
+  crash      a process killed while holding chunks: tandemd frees them, the pool is back to its
+             free size, and the next owner reads zeros
+  restart    tandemd killed and restarted: a running process's pooled memory is intact and it
+             keeps allocating
+
+usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|pollution|crash|restart
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from e2e_util import Env, check  # noqa: E402
+
+CHUNK = "4M"
+
+
+def probe(env, image, mode, mib, role=None, **settings):
+    exe = os.path.join(env.build, "tests", "fixtures", "fixture_pool_probe")
+    run_env = dict(env.base, TANDEM_MEM_POOL="1", TANDEM_MEM_CHUNK=CHUNK,
+                   LD_PRELOAD=os.path.join(env.build, "lib", "libtandem.so"),
+                   TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-%p.json"))
+    run_env.update(settings)
+    if role:
+        run_env["TANDEM_ROLE"] = role
+    return subprocess.Popen([exe, mode, image, str(mib)], env=run_env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def expect_line(p, word, seconds=10):
+    line = p.stdout.readline()
+    check(line.startswith(word), f"{p.args[1]} says {word!r} (got {line.strip()!r})")
+    return line
+
+
+def done(p, timeout=30):
+    out, err = p.communicate(timeout=timeout)
+    check(p.returncode == 0, f"{p.args[1]} exits 0 ({(out + err).strip()[-600:]})")
+    return out
+
+
+def pool_of(env):
+    s = env.status()
+    return s["gpus"][0]["pool"] if s and s["gpus"] else None
+
+
+def wait_for(predicate, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
+
+
+def case_self(env, image):
+    out = done(probe(env, image, "self", 8))
+    print(out.strip())
+
+
+def case_pollution(env, image):
+    d = env.daemon(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="")
+    try:
+        train = probe(env, image, "dirty", 8, role="training")
+        expect_line(train, "freed")
+        # The 300 ms kernel and the late write are still queued in training when inference asks.
+        infer = probe(env, image, "take", 8, role="inference", TANDEM_MEM_WATERMARK="")
+        out = done(infer)
+        took = float(out.split()[-1])
+        print(f"     inference got 8 MiB from training in {took:.1f} ms (after its queued work)")
+        pool = pool_of(env)
+        check(pool["handovers"] >= 1, f"tandemd moved memory from training to inference ({pool})")
+        check(took >= 150, "the handover waited for the late write instead of handing over a dirty chunk")
+        train.stdin.write("\n")
+        train.stdin.flush()
+        done(train)
+    finally:
+        d.terminate()
+        d.wait(timeout=10)
+
+
+def case_crash(env, image):
+    d = env.daemon(TANDEM_MEM_CHUNK=CHUNK)
+    try:
+        holder = probe(env, image, "hold", 64, role="training")
+        expect_line(holder, "ready")
+        pool = pool_of(env)
+        check(pool["bytes"] == 64 << 20 and pool["free_bytes"] == 0, f"64 MiB pooled, none free ({pool})")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        pool = wait_for(lambda: (p := pool_of(env)) and p["free_bytes"] == p["bytes"] and p)
+        check(pool and pool["free_bytes"] == 64 << 20, f"the killed process's chunks are free again ({pool})")
+        taker = probe(env, image, "take", 64, role="inference")
+        done(taker)
+        pool = pool_of(env)
+        check(pool["bytes"] == 64 << 20, "the next owner got the same chunks (the pool did not grow)")
+    finally:
+        d.terminate()
+        d.wait(timeout=10)
+
+
+def case_restart(env, image):
+    d = env.daemon(TANDEM_MEM_CHUNK=CHUNK)
+    holder = probe(env, image, "hold", 32, role="training")
+    expect_line(holder, "ready")
+    d.send_signal(signal.SIGKILL)
+    d.wait(timeout=10)
+    d = env.daemon(TANDEM_MEM_CHUNK=CHUNK)
+    try:
+        time.sleep(0.3)
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        expect_line(holder, "intact")
+        done(holder)
+    finally:
+        d.terminate()
+        d.wait(timeout=10)
+
+
+def main():
+    build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
+    env = Env(build)
+    {"self": case_self, "pollution": case_pollution, "crash": case_crash, "restart": case_restart}[case](env, image)
+
+
+if __name__ == "__main__":
+    main()

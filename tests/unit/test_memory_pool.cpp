@@ -1,0 +1,245 @@
+// The pool's process side with a fake driver and a fake tandemd: sub-allocation invariants,
+// runs of chunks, reuse only after completion markers (SIRIUS's data-pollution rule, here in
+// one process), zero-fill of chunks that change owner, and what trimming gives back.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <random>
+#include <set>
+
+#include "chunk_pool.h"
+#include "range_allocator.h"
+
+using namespace tandem::memory;
+
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kChunk = 2 * kMiB;
+
+struct FakeMarker {
+  bool done = false;
+};
+
+struct FakeDriver : PoolDriver {
+  uint64_t next_handle = 1;
+  bool can_create = true;
+  int syncs = 0;
+  std::set<uint64_t> live_handles;
+  std::vector<uint64_t> zeroed;  // addresses zero-filled
+  std::vector<FakeMarker*> markers;
+
+  bool reserve(uint64_t, uint64_t& base) override { return base = 1ull << 40, true; }
+  bool create(uint64_t, uint64_t& handle) override {
+    if (!can_create) return false;
+    live_handles.insert(handle = next_handle++);
+    return true;
+  }
+  int export_fd(uint64_t) override { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
+  bool import_fd(int, uint64_t& handle) override {
+    live_handles.insert(handle = next_handle++);
+    return true;
+  }
+  bool map(uint64_t, uint64_t, uint64_t) override { return true; }
+  void unmap(uint64_t, uint64_t) override {}
+  void release(uint64_t handle) override { live_handles.erase(handle); }
+  bool zero(uint64_t va, uint64_t) override { return zeroed.push_back(va), true; }
+  void* record(void*, bool) override { return markers.emplace_back(new FakeMarker()); }
+  bool done(void* m) override { return static_cast<FakeMarker*>(m)->done; }
+  void recycle(void* m) override {
+    markers.erase(std::find(markers.begin(), markers.end(), m));
+    delete static_cast<FakeMarker*>(m);
+  }
+  void synchronize() override {
+    ++syncs;
+    for (FakeMarker* m : markers) m->done = true;
+  }
+  void finish_all_work() {
+    for (FakeMarker* m : markers) m->done = true;
+  }
+};
+
+struct FakeDaemon : PoolBroker {
+  bool is_linked = true;
+  uint64_t next_id = 100;
+  std::vector<uint64_t> free_ids;  // chunks released by "other processes"
+  std::vector<uint64_t> registered, released;
+
+  bool linked() override { return is_linked; }
+  std::vector<GrantedChunk> acquire(uint64_t bytes, uint64_t chunk) override {
+    std::vector<GrantedChunk> out;
+    while (!free_ids.empty() && out.size() * chunk < bytes) {
+      out.push_back({open("/dev/null", O_RDONLY | O_CLOEXEC), free_ids.back()});
+      free_ids.pop_back();
+    }
+    return out;
+  }
+  uint64_t register_chunk(int fd, uint64_t) override {
+    REQUIRE(fd >= 0);
+    registered.push_back(next_id);
+    return next_id++;
+  }
+  void release(const std::vector<uint64_t>& ids) override { released.insert(released.end(), ids.begin(), ids.end()); }
+};
+
+void require_consistent(const ChunkPool& pool) {
+  const char* why = "";
+  INFO(why);
+  REQUIRE(pool.check(&why));
+}
+
+}  // namespace
+
+TEST_CASE("range allocator: random use keeps its invariants and coalesces back to one range", "[memory]") {
+  RangeAllocator r(kChunk);
+  std::mt19937 rng(7);
+  std::vector<uint64_t> live;
+  const char* why = "";
+  for (int step = 0; step < 3000; ++step) {
+    if (live.empty() || rng() % 3) {
+      uint64_t offset = r.allocate(1 + rng() % 40000);
+      if (offset != RangeAllocator::kNone) {
+        REQUIRE(offset % RangeAllocator::kAlignment == 0);
+        live.push_back(offset);
+      }
+    } else {
+      size_t i = rng() % live.size();
+      REQUIRE(r.free(live[i]));
+      live.erase(live.begin() + static_cast<long>(i));
+    }
+    INFO(why);
+    REQUIRE(r.check(&why));
+  }
+  for (uint64_t offset : live) REQUIRE(r.free(offset));
+  REQUIRE(r.empty());
+  REQUIRE(r.free_bytes() == kChunk);
+  REQUIRE(r.largest_free() == kChunk);
+  REQUIRE_FALSE(r.free(0));  // not a block any more
+}
+
+TEST_CASE("range allocator: exact fit, refusal, and a freed hole reused", "[memory]") {
+  RangeAllocator r(4096);
+  uint64_t a = r.allocate(1024), b = r.allocate(1024), c = r.allocate(2048);
+  REQUIRE((a == 0 && b == 1024 && c == 2048));
+  REQUIRE(r.allocate(1) == RangeAllocator::kNone);
+  REQUIRE(r.free(b));
+  REQUIRE(r.allocate(1000) == 1024);  // rounded to 1024, fits the hole exactly
+}
+
+TEST_CASE("pool: small blocks share a chunk; large ones get contiguous runs of chunks", "[memory]") {
+  FakeDriver driver;
+  FakeDaemon daemon;
+  ChunkPool pool(driver, daemon, kChunk, 64 * kChunk);
+  const char* why = "";
+  REQUIRE(pool.init(&why));
+  uint64_t a = pool.allocate(1000), b = pool.allocate(300000);
+  REQUIRE((a && b));
+  REQUIRE(b == a + 1024);
+  REQUIRE(pool.stats().held_bytes == kChunk);
+  uint64_t big = pool.allocate(5 * kMiB);  // three chunks
+  REQUIRE(big);
+  REQUIRE(pool.stats().held_bytes == 4 * kChunk);
+  REQUIRE(daemon.registered.size() == 4);  // every chunk made here is registered with tandemd
+  REQUIRE(pool.owns(big + 5 * kMiB - 1));
+  require_consistent(pool);
+  uint64_t bytes = 0;
+  REQUIRE(pool.free(big, false, nullptr, false, &bytes));
+  REQUIRE(bytes == 5 * kMiB);
+  REQUIRE_FALSE(pool.free(big, false, nullptr, false, &bytes));  // a double free is refused
+  require_consistent(pool);
+}
+
+TEST_CASE("pool: a freed block is reused only after the GPU finished the work queued before the free", "[memory]") {
+  FakeDriver driver;
+  FakeDaemon daemon;
+  ChunkPool pool(driver, daemon, kChunk, 8 * kChunk);
+  const char* why = "";
+  REQUIRE(pool.init(&why));
+  uint64_t a = pool.allocate(kChunk);  // fills one chunk
+  REQUIRE(pool.free(a, true, nullptr, false, nullptr));  // stream-ordered: a marker
+  uint64_t b = pool.allocate(kChunk);
+  REQUIRE(b != a);  // the queued work may still write a: another chunk
+  REQUIRE(pool.stats().pending_bytes == kChunk);
+  driver.finish_all_work();
+  REQUIRE(pool.free(b, true, nullptr, false, nullptr));
+  uint64_t c = pool.allocate(kChunk);
+  REQUIRE(c == a);  // a's marker completed: reused
+  REQUIRE(driver.syncs == 0);
+
+  SECTION("a plain free waits for a synchronization, taken only when the memory is needed") {
+    REQUIRE(pool.free(c, false, nullptr, false, nullptr));
+    driver.can_create = false;   // the device is full
+    daemon.is_linked = false;
+    driver.finish_all_work();    // b's marker
+    uint64_t d = pool.allocate(kChunk);
+    REQUIRE(d);
+    REQUIRE(driver.syncs == 0);  // b's chunk was enough
+    uint64_t e = pool.allocate(kChunk);
+    REQUIRE(e == c);             // only a synchronization could free c
+    REQUIRE(driver.syncs == 1);
+    REQUIRE(pool.allocate(kChunk) == 0);  // nothing left anywhere: out of memory
+  }
+  require_consistent(pool);
+}
+
+TEST_CASE("pool: chunks from tandemd are zero-filled; trimming gives back only idle chunks", "[memory]") {
+  FakeDriver driver;
+  FakeDaemon daemon;
+  daemon.free_ids = {7, 8};
+  ChunkPool pool(driver, daemon, kChunk, 16 * kChunk);
+  const char* why = "";
+  REQUIRE(pool.init(&why));
+  uint64_t run = pool.allocate(3 * kChunk);  // two chunks from tandemd, one made here
+  REQUIRE(run);
+  REQUIRE(driver.zeroed.size() == 2);
+  REQUIRE(pool.stats().chunks_received == 2);
+  REQUIRE(pool.stats().chunks_created == 1);
+  uint64_t small = pool.allocate(4096);
+  REQUIRE(small);
+  REQUIRE(pool.stats().held_bytes == 4 * kChunk);
+
+  REQUIRE(pool.free(run, true, nullptr, false, nullptr));
+  REQUIRE(pool.trim(0, false) == 0);  // the run is pending, the small chunk live: nothing moves
+  REQUIRE(daemon.released.empty());
+  REQUIRE(pool.trim(0, true) == 3 * kChunk);  // a synchronization finishes the run's work
+  REQUIRE(driver.syncs == 1);
+  REQUIRE(daemon.released.size() == 3);
+  REQUIRE(pool.stats().held_bytes == kChunk);  // the live block's chunk stays
+  REQUIRE(pool.free(small, false, nullptr, false, nullptr));
+  REQUIRE(pool.trim(0, true) == kChunk);
+  REQUIRE(pool.stats().held_bytes == 0);
+  REQUIRE(driver.live_handles.empty());  // every handle released here
+  require_consistent(pool);
+}
+
+#include "memory_pool.h"
+
+using tandem::scheduler::give_back_bytes;
+using tandem::scheduler::plan_reclaim;
+
+TEST_CASE("memory policy: inference's shortfall plus W, in whole chunks, from the biggest training holder", "[memory]") {
+  constexpr uint64_t c = 32 * kMiB;
+  // 40 MiB short, W = 64 MiB: 104 MiB -> four chunks, all from the holder of 512 MiB.
+  auto plan = plan_reclaim(40 * kMiB, 64 * kMiB, c, {{1, 256 * kMiB, 0}, {2, 512 * kMiB, 0}});
+  REQUIRE(plan.taken == 4 * c);
+  REQUIRE(plan.missing == 0);
+  REQUIRE(plan.new_quotas.size() == 1);
+  REQUIRE(plan.new_quotas[0] == std::pair<int, uint64_t>{2, 512 * kMiB - 4 * c});
+  // A quota already under what it holds is where the next cut starts.
+  plan = plan_reclaim(c, 0, c, {{2, 512 * kMiB, 128 * kMiB}});
+  REQUIRE(plan.new_quotas[0].second == 96 * kMiB);
+}
+
+TEST_CASE("memory policy: nothing left to give is said, never a quota of none", "[memory]") {
+  constexpr uint64_t c = 32 * kMiB;
+  auto plan = plan_reclaim(3 * c, 0, c, {{1, 2 * c, 0}});
+  REQUIRE(plan.taken == 2 * c);
+  REQUIRE(plan.missing == c);
+  REQUIRE(plan.new_quotas[0].second == 1);  // 0 would mean "no quota" in the shared memory
+  REQUIRE(plan_reclaim(c, 0, c, {}).missing == c);
+  // InferRelease: only free memory beyond W goes back, in chunks, at most what was taken.
+  REQUIRE(give_back_bytes(3 * c + 5, c, c, 10 * c) == 2 * c);
+  REQUIRE(give_back_bytes(3 * c, c, c, c) == c);
+  REQUIRE(give_back_bytes(c, c, c, 10 * c) == 0);
+}
