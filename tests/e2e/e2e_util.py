@@ -53,6 +53,17 @@ def finish(p, timeout=60):
     return last_json(out)
 
 
+def wait_for(predicate, seconds=5.0):
+    """The predicate's first true value within `seconds` (polled every 50 ms), else its last."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
+
+
 def check(cond, message):
     print(("ok   " if cond else "FAIL ") + message)
     if not cond:

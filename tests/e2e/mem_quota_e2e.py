@@ -15,10 +15,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fill_e2e import Env, check  # noqa: E402
+from e2e_util import wait_for  # noqa: E402
 
 
 def ctl(env, *args):
@@ -30,16 +30,6 @@ def mem_row(env, pid):
     out = ctl(env, "mem", "--json")
     rows = [r for r in json.loads(out.stdout)["processes"] if r["pid"] == pid] if out.returncode == 0 else []
     return rows[0] if rows else None
-
-
-def wait_for(predicate, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
 
 
 def start_fixture(env, image, mode, mib):

@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check  # noqa: E402
+from e2e_util import Env, check, wait_for  # noqa: E402
 
 CHUNK = "4M"
 
@@ -55,16 +55,6 @@ def done(p, timeout=30):
 def pool_of(env):
     s = env.status()
     return s["gpus"][0]["pool"] if s and s["gpus"] else None
-
-
-def wait_for(predicate, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
 
 
 def case_self(env, image):
