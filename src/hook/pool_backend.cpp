@@ -220,7 +220,10 @@ void wait_for_first_link_attempt(CUcontext ctx) {
 
 // Under g_init_mutex. True when the pool serves from now on.
 bool set_up() {
-  if (!setting_bool(SettingId::TANDEM_MEM_POOL)) return turn_off("TANDEM_MEM_POOL is not 1"), false;
+  if (!setting_bool(SettingId::TANDEM_MEM_POOL)) {  // not asked for: off, silently
+    g_state.store(-1, std::memory_order_release);
+    return false;
+  }
   CUcontext ctx = nullptr;
   CUdevice dev = 0;
   if (g_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || g_real.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
