@@ -197,6 +197,7 @@ std::mutex g_init_mutex;
 std::atomic<int> g_state{0};  // 0: not set up yet, 1: serving, -1: off
 ChunkPool* g_pool = nullptr;  // set once, never destroyed (frees may come during exit)
 std::atomic<uint64_t> g_handovers{0}, g_handover_ns_max{0}, g_handover_ns_total{0};
+uint64_t g_watermark = 0;  // TANDEM_MEM_WATERMARK in bytes, read at set-up
 
 void turn_off(const char* why) {
   TANDEM_LOG_WARN("memory pool off, allocations pass through to the driver: {}", why);
@@ -251,6 +252,9 @@ bool set_up() {
   g_real.cuDeviceTotalMem_v2(&total, dev);
   // Twice the device: room for runs next to a fragmented middle; address space is cheap.
   uint64_t va = (2 * static_cast<uint64_t>(total) + chunk - 1) / chunk * chunk;
+  MemorySize w;
+  parse_memory_size(setting_text(SettingId::TANDEM_MEM_WATERMARK), w);
+  g_watermark = w.is_percent ? 0 : w.bytes;
   wait_for_first_link_attempt(ctx);
   static DaemonBroker broker;
   auto* pool = new ChunkPool(*driver, broker, chunk, va);
@@ -311,10 +315,10 @@ bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint6
 void pool_tick() noexcept {
   if (g_state.load(std::memory_order_acquire) <= 0) return;
   try {
-    memory::PoolStats s;
-    if (!g_pool->try_stats(s)) return;
+    uint64_t held = 0;
+    if (!g_pool->try_usage(held, nullptr)) return;
     uint64_t quota = memory_quota();
-    if (quota && s.held_bytes > quota) {  // tandemd lowered the quota: give back what is idle
+    if (quota && held > quota) {  // tandemd lowered the quota: give back what is idle
       uint64_t start = monotonic_ns();
       uint64_t released = g_pool->try_trim(quota, true);
       if (released)
@@ -322,31 +326,23 @@ void pool_tick() noexcept {
                          quota >> 20, static_cast<double>(monotonic_ns() - start) / 1e6);
       return;
     }
-    if (g_role != TANDEM_ROLE_INFERENCE) return;
-    // SIRIUS's InferRelease: idle memory is kept up to 2W, then given back down to W.
-    MemorySize w;
-    parse_memory_size(setting_text(SettingId::TANDEM_MEM_WATERMARK), w);
-    uint64_t watermark = w.is_percent ? 0 : w.bytes;
-    if (s.idle_bytes >= 2 * watermark && s.idle_bytes > watermark && s.idle_bytes >= s.chunk_bytes)
-      g_pool->try_trim(s.held_bytes - (s.idle_bytes - watermark), false);
+    // SIRIUS's InferRelease: idle memory is kept up to 2W, then given back down to W. The
+    // scan for idle chunks only when that much is held at all.
+    const uint64_t chunk = g_pool->chunk_bytes();
+    if (g_role != TANDEM_ROLE_INFERENCE || held < 2 * g_watermark || held < chunk) return;
+    uint64_t idle = 0;
+    if (!g_pool->try_usage(held, &idle)) return;
+    if (idle >= 2 * g_watermark && idle > g_watermark && idle >= chunk)
+      g_pool->try_trim(held - (idle - g_watermark), false);
   } catch (...) {
   }
 }
 
 PoolFigures pool_figures() noexcept {
-  PoolFigures f{};
+  PoolFigures f;
   if (g_state.load(std::memory_order_acquire) <= 0) return f;
-  memory::PoolStats s = g_pool->stats();
   f.on = true;
-  f.held_bytes = s.held_bytes;
-  f.live_bytes = s.live_bytes;
-  f.pending_bytes = s.pending_bytes;
-  f.idle_bytes = s.idle_bytes;
-  f.chunks_created = s.chunks_created;
-  f.chunks_received = s.chunks_received;
-  f.chunks_released = s.chunks_released;
-  f.syncs = s.syncs;
-  f.driver_calls = s.driver_calls;
+  f.pool = g_pool->stats();
   f.handovers = g_handovers.load(std::memory_order_relaxed);
   f.handover_ns_max = g_handover_ns_max.load(std::memory_order_relaxed);
   f.handover_ns_total = g_handover_ns_total.load(std::memory_order_relaxed);

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "chunk_pool.h"
 #include "cuda_abi.h"
 
 namespace tandem::hook {
@@ -20,11 +21,11 @@ uint64_t pool_charge(uint64_t bytes) noexcept;
 // From the progress thread: gives idle chunks back when over the quota (training asked by
 // tandemd), or past twice the watermark of idle memory (inference, SIRIUS's InferRelease).
 void pool_tick() noexcept;
-// Stats file: {"held_bytes", ...} or null when the pool is off.
+// For the stats file (`on` false: the pool is off).
 struct PoolFigures {
   bool on = false;
-  uint64_t held_bytes, live_bytes, pending_bytes, idle_bytes, chunks_created, chunks_received, chunks_released,
-      syncs, driver_calls, handovers, handover_ns_max, handover_ns_total;
+  memory::PoolStats pool;
+  uint64_t handovers = 0, handover_ns_max = 0, handover_ns_total = 0;  // allocations that received chunks
 };
 PoolFigures pool_figures() noexcept;
 

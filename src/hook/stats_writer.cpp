@@ -69,14 +69,16 @@ std::string stats_json(const char* role) {
         {"fail_open", gate_counters().fail_open.load()}}},
       {"daemon", {{"links", gate_counters().daemon_links.load()}}},
   };
-  PoolFigures pool = pool_figures();
-  if (pool.on)
-    j["memory"]["pool"] = {{"held_bytes", pool.held_bytes},         {"live_bytes", pool.live_bytes},
-                           {"pending_bytes", pool.pending_bytes},   {"idle_bytes", pool.idle_bytes},
-                           {"chunks_created", pool.chunks_created}, {"chunks_received", pool.chunks_received},
-                           {"chunks_released", pool.chunks_released}, {"syncs", pool.syncs},
-                           {"driver_calls", pool.driver_calls},     {"handovers", pool.handovers},
-                           {"handover_ns_max", pool.handover_ns_max}, {"handover_ns_total", pool.handover_ns_total}};
+  PoolFigures f = pool_figures();
+  if (f.on) {
+    const memory::PoolStats& p = f.pool;
+    j["memory"]["pool"] = {{"held_bytes", p.held_bytes},         {"live_bytes", p.live_bytes},
+                           {"pending_bytes", p.pending_bytes},   {"idle_bytes", p.idle_bytes},
+                           {"chunks_created", p.chunks_created}, {"chunks_received", p.chunks_received},
+                           {"chunks_released", p.chunks_released}, {"syncs", p.syncs},
+                           {"driver_calls", p.driver_calls},     {"handovers", f.handovers},
+                           {"handover_ns_max", f.handover_ns_max}, {"handover_ns_total", f.handover_ns_total}};
+  }
   return j.dump(2) + "\n";
 }
 

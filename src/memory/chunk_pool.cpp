@@ -29,6 +29,12 @@ bool ChunkPool::slot_idle(uint32_t i) const {
   return s.state == SlotState::small && s.live == 0 && s.pending == 0 && s.blocks->empty();
 }
 
+uint64_t ChunkPool::idle_bytes_locked() const {
+  uint64_t idle = 0;
+  for (uint32_t i = 0; i < slots_.size(); ++i) idle += slot_idle(i) ? chunk_bytes_ : 0;
+  return idle;
+}
+
 // Reuse before growth: what is free now, then what the GPU has finished with, then (when the
 // pending frees could hold the block) what a synchronization frees; only then new chunks,
 // and as a last resort a synchronization after all.
@@ -244,9 +250,7 @@ void ChunkPool::finish_free(uint64_t ptr) {
 uint64_t ChunkPool::trim_locked(uint64_t target_bytes, bool may_synchronize) {
   if (stats_.held_bytes <= target_bytes) return 0;
   reap(false);
-  uint64_t idle = 0;
-  for (uint32_t i = 0; i < slots_.size(); ++i) idle += slot_idle(i) ? chunk_bytes_ : 0;
-  if (may_synchronize && !pending_.empty() && stats_.held_bytes - idle > target_bytes) reap(true);
+  if (may_synchronize && !pending_.empty() && stats_.held_bytes - idle_bytes_locked() > target_bytes) reap(true);
   std::vector<uint64_t> ids;
   uint64_t released = 0;
   for (uint32_t i = static_cast<uint32_t>(slots_.size()); i-- > 0 && stats_.held_bytes > target_bytes;) {
@@ -271,15 +275,15 @@ uint64_t ChunkPool::try_trim(uint64_t target_bytes, bool may_synchronize) {
 PoolStats ChunkPool::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   PoolStats s = stats_;
-  for (uint32_t i = 0; i < slots_.size(); ++i) s.idle_bytes += slot_idle(i) ? chunk_bytes_ : 0;
+  s.idle_bytes = idle_bytes_locked();
   return s;
 }
 
-bool ChunkPool::try_stats(PoolStats& out) const {
+bool ChunkPool::try_usage(uint64_t& held, uint64_t* idle) const {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return false;
-  out = stats_;
-  for (uint32_t i = 0; i < slots_.size(); ++i) out.idle_bytes += slot_idle(i) ? chunk_bytes_ : 0;
+  held = stats_.held_bytes;
+  if (idle) *idle = idle_bytes_locked();
   return true;
 }
 

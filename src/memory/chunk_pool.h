@@ -84,6 +84,7 @@ class ChunkPool {
 
   // A block of `bytes`, or 0 when no memory can be had.
   uint64_t allocate(uint64_t bytes);
+  uint64_t chunk_bytes() const { return chunk_bytes_; }
   bool owns(uint64_t ptr) const { return ptr >= base_ && ptr < base_ + va_bytes_; }
   // Frees the block at `ptr`; `bytes` gets its size as allocated. A stream-ordered free
   // waits for a marker on `stream`; a plain one for a device synchronization. False when
@@ -96,8 +97,9 @@ class ChunkPool {
   uint64_t try_trim(uint64_t target_bytes, bool may_synchronize);
 
   PoolStats stats() const;
-  // The same without waiting for the lock (false when it is held).
-  bool try_stats(PoolStats& out) const;
+  // Held bytes and (when `idle` is given: a scan of every slot) idle bytes, without waiting
+  // for the lock (false when it is held): the progress thread's look, every tick.
+  bool try_usage(uint64_t& held, uint64_t* idle) const;
   uint64_t chunks_received() const;
   // Checks every chunk's sub-allocator and the slot table (tests, debug builds).
   bool check(const char** why) const;
@@ -125,6 +127,7 @@ class ChunkPool {
 
   uint64_t slot_va(uint32_t i) const { return base_ + uint64_t{i} * chunk_bytes_; }
   bool slot_idle(uint32_t i) const;
+  uint64_t idle_bytes_locked() const;
   // A block in an existing chunk, or (grow) in a new one; 0 when none.
   uint64_t allocate_small(uint64_t bytes, bool grow);
   // A run of whole chunks in consecutive slots: idle mapped chunks, or (grow) new ones too.

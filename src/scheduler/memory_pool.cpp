@@ -7,6 +7,11 @@
 
 namespace tandem::scheduler {
 
+namespace {
+// Free to hand out: no owner, and not an exited-or-not orphan's.
+bool is_free(const PoolChunk& c) { return c.owner == -1 && c.orphan_pidfd < 0; }
+}  // namespace
+
 MemoryPool::~MemoryPool() {
   std::vector<int> pidfds;  // shared by an orphan's chunks: closed once
   for (auto& [id, c] : chunks_) {
@@ -27,7 +32,7 @@ std::vector<const PoolChunk*> MemoryPool::take(const std::string& gpu, uint64_t 
   std::vector<const PoolChunk*> out;
   for (auto& [id, c] : chunks_) {
     if (out.size() >= count) break;
-    if (c.owner != -1 || c.orphan_pidfd >= 0 || c.gpu != gpu || c.bytes != bytes) continue;
+    if (!is_free(c) || c.gpu != gpu || c.bytes != bytes) continue;
     c.owner = owner;
     out.push_back(&c);
   }
@@ -95,7 +100,7 @@ size_t MemoryPool::chunks_owned(int owner) const {
 uint64_t MemoryPool::free_bytes(const std::string& gpu, uint64_t chunk_bytes) const {
   uint64_t bytes = 0;
   for (const auto& [id, c] : chunks_)
-    if (c.owner == -1 && c.orphan_pidfd < 0 && c.gpu == gpu && c.bytes == chunk_bytes) bytes += c.bytes;
+    if (is_free(c) && c.gpu == gpu && c.bytes == chunk_bytes) bytes += c.bytes;
   return bytes;
 }
 
@@ -106,7 +111,7 @@ MemoryPool::Totals MemoryPool::totals(const std::string& gpu) const {
     ++t.chunks;
     t.bytes += c.bytes;
     if (c.orphan_pidfd >= 0) t.orphaned_bytes += c.bytes;
-    else if (c.owner == -1) ++t.free_chunks, t.free_bytes += c.bytes;
+    if (is_free(c)) ++t.free_chunks, t.free_bytes += c.bytes;
   }
   return t;
 }
@@ -124,8 +129,7 @@ ReclaimPlan plan_reclaim(uint64_t shortfall, uint64_t watermark, uint64_t chunk_
     uint64_t take = std::min(keeps / chunk_bytes * chunk_bytes, want - plan.taken);
     if (!take) continue;
     plan.taken += take;
-    // A quota of 0 means "none" in the shared memory: the lowest is one byte.
-    plan.new_quotas.push_back({t.client, std::max<uint64_t>(keeps - take, 1)});
+    plan.cuts.push_back({t.client, std::max<uint64_t>(keeps - take, 1), take});
   }
   // The watermark is a wish; only the shortfall itself can be missing.
   uint64_t needed = (shortfall + chunk_bytes - 1) / chunk_bytes * chunk_bytes;

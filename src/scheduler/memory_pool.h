@@ -59,8 +59,13 @@ struct TrainingHolder {
   uint64_t held = 0;   // pooled bytes it holds
   uint64_t quota = 0;  // its quota now (0: none)
 };
+struct QuotaCut {
+  int client = -1;
+  uint64_t quota = 0;  // its new quota (at least 1: 0 means "none" in the shared memory)
+  uint64_t taken = 0;  // what the cut takes from what it may keep now
+};
 struct ReclaimPlan {
-  std::vector<std::pair<int, uint64_t>> new_quotas;  // client, quota
+  std::vector<QuotaCut> cuts;
   uint64_t taken = 0;
   uint64_t missing = 0;
 };

@@ -88,14 +88,13 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
     if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0)
       trainings.push_back({fd, pool_.held_by(fd), gpu(c.gpu)->segment().shm()->slots[c.slot].assigned_quota_bytes});
   ReclaimPlan plan = plan_reclaim((wanted - n) * chunk, watermark(), chunk, trainings);
-  for (const auto& [fd, quota] : plan.new_quotas) {
-    Client* t = registry_.find(fd);
-    uint64_t before = gpu(t->gpu)->segment().shm()->slots[t->slot].assigned_quota_bytes;
-    if (!t->pool_taken_bytes) t->quota_before_pool = before;
-    t->pool_taken_bytes += (before && before < pool_.held_by(fd) ? before : pool_.held_by(fd)) - quota;
-    set_quota(*t, quota);
-    TANDEM_LOG_INFO("memory policy: training pid {} quota lowered to {} MiB for inference pid {}", t->pid, quota >> 20,
-                    client.pid);
+  for (const QuotaCut& cut : plan.cuts) {
+    Client* t = registry_.find(cut.client);
+    if (!t->pool_taken_bytes) t->quota_before_pool = gpu(t->gpu)->segment().shm()->slots[t->slot].assigned_quota_bytes;
+    t->pool_taken_bytes += cut.taken;
+    set_quota(*t, cut.quota);
+    TANDEM_LOG_INFO("memory policy: training pid {} quota lowered to {} MiB for inference pid {}", t->pid,
+                    cut.quota >> 20, client.pid);
   }
   if (!plan.taken) {
     TANDEM_LOG_WARN("memory policy: inference pid {} needs {} MiB; training has nothing left to give", client.pid,

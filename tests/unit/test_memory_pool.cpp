@@ -83,6 +83,17 @@ struct FakeDaemon : PoolBroker {
   void release(const std::vector<uint64_t>& ids) override { released.insert(released.end(), ids.begin(), ids.end()); }
 };
 
+// A pool of `slots` chunks' worth of addresses on the fakes, set up.
+struct PoolRig {
+  FakeDriver driver;
+  FakeDaemon daemon;
+  ChunkPool pool;
+  explicit PoolRig(uint64_t slots) : pool(driver, daemon, kChunk, slots * kChunk) {
+    const char* why = "";
+    REQUIRE(pool.init(&why));
+  }
+};
+
 void require_consistent(const ChunkPool& pool) {
   const char* why = "";
   INFO(why);
@@ -128,11 +139,8 @@ TEST_CASE("range allocator: exact fit, refusal, and a freed hole reused", "[memo
 }
 
 TEST_CASE("pool: small blocks share a chunk; large ones get contiguous runs of chunks", "[memory]") {
-  FakeDriver driver;
-  FakeDaemon daemon;
-  ChunkPool pool(driver, daemon, kChunk, 64 * kChunk);
-  const char* why = "";
-  REQUIRE(pool.init(&why));
+  PoolRig rig(64);
+  auto& [driver, daemon, pool] = rig;
   uint64_t a = pool.allocate(1000), b = pool.allocate(300000);
   REQUIRE((a && b));
   REQUIRE(b == a + 1024);
@@ -151,11 +159,8 @@ TEST_CASE("pool: small blocks share a chunk; large ones get contiguous runs of c
 }
 
 TEST_CASE("pool: a freed block is reused only after the GPU finished the work queued before the free", "[memory]") {
-  FakeDriver driver;
-  FakeDaemon daemon;
-  ChunkPool pool(driver, daemon, kChunk, 8 * kChunk);
-  const char* why = "";
-  REQUIRE(pool.init(&why));
+  PoolRig rig(8);
+  auto& [driver, daemon, pool] = rig;
   uint64_t a = pool.allocate(kChunk);  // fills one chunk
   REQUIRE(pool.free(a, true, nullptr, false, nullptr));  // stream-ordered: a marker
   uint64_t b = pool.allocate(kChunk);
@@ -184,12 +189,9 @@ TEST_CASE("pool: a freed block is reused only after the GPU finished the work qu
 }
 
 TEST_CASE("pool: chunks from tandemd are zero-filled; trimming gives back only idle chunks", "[memory]") {
-  FakeDriver driver;
-  FakeDaemon daemon;
+  PoolRig rig(16);
+  auto& [driver, daemon, pool] = rig;
   daemon.free_ids = {7, 8};
-  ChunkPool pool(driver, daemon, kChunk, 16 * kChunk);
-  const char* why = "";
-  REQUIRE(pool.init(&why));
   uint64_t run = pool.allocate(3 * kChunk);  // two chunks from tandemd, one made here
   REQUIRE(run);
   REQUIRE(driver.zeroed.size() == 2);
@@ -224,11 +226,14 @@ TEST_CASE("memory policy: inference's shortfall plus W, in whole chunks, from th
   auto plan = plan_reclaim(40 * kMiB, 64 * kMiB, c, {{1, 256 * kMiB, 0}, {2, 512 * kMiB, 0}});
   REQUIRE(plan.taken == 4 * c);
   REQUIRE(plan.missing == 0);
-  REQUIRE(plan.new_quotas.size() == 1);
-  REQUIRE(plan.new_quotas[0] == std::pair<int, uint64_t>{2, 512 * kMiB - 4 * c});
+  REQUIRE(plan.cuts.size() == 1);
+  REQUIRE(plan.cuts[0].client == 2);
+  REQUIRE(plan.cuts[0].quota == 512 * kMiB - 4 * c);
+  REQUIRE(plan.cuts[0].taken == 4 * c);
   // A quota already under what it holds is where the next cut starts.
   plan = plan_reclaim(c, 0, c, {{2, 512 * kMiB, 128 * kMiB}});
-  REQUIRE(plan.new_quotas[0].second == 96 * kMiB);
+  REQUIRE(plan.cuts[0].quota == 96 * kMiB);
+  REQUIRE(plan.cuts[0].taken == c);
 }
 
 TEST_CASE("memory policy: nothing left to give is said, never a quota of none", "[memory]") {
@@ -236,7 +241,8 @@ TEST_CASE("memory policy: nothing left to give is said, never a quota of none", 
   auto plan = plan_reclaim(3 * c, 0, c, {{1, 2 * c, 0}});
   REQUIRE(plan.taken == 2 * c);
   REQUIRE(plan.missing == c);
-  REQUIRE(plan.new_quotas[0].second == 1);  // 0 would mean "no quota" in the shared memory
+  REQUIRE(plan.cuts[0].quota == 1);  // 0 would mean "no quota" in the shared memory
+  REQUIRE(plan.cuts[0].taken == 2 * c);
   REQUIRE(plan_reclaim(c, 0, c, {}).missing == c);
   // InferRelease: only free memory beyond W goes back, in chunks, at most what was taken.
   REQUIRE(give_back_bytes(3 * c + 5, c, c, 10 * c) == 2 * c);
