@@ -6,6 +6,8 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 
@@ -34,8 +36,17 @@ void execute(Stream* s, Op& op) {
     }
     case Op::copy: std::memmove(op.dst, op.src, op.bytes); break;
     case Op::set: {
-      auto* d = static_cast<unsigned char*>(op.dst);
-      for (size_t i = 0; i < op.count; ++i) std::memcpy(d + i * op.elem, &op.value, op.elem);
+      // Typed stores (a memcpy call per element ran at ~160 MB/s and dominated every figure
+      // that zero-fills memory, the pool's handovers among them).
+      if (op.elem == 1) {
+        std::memset(op.dst, static_cast<int>(op.value & 0xff), op.count);
+      } else if (op.elem == 2) {
+        auto* d = static_cast<uint16_t*>(op.dst);
+        std::fill(d, d + op.count, static_cast<uint16_t>(op.value));
+      } else {
+        auto* d = static_cast<uint32_t*>(op.dst);
+        std::fill(d, d + op.count, op.value);
+      }
       break;
     }
     case Op::record: op.event->time_ns.store(static_cast<int64_t>(now_ns())); break;
