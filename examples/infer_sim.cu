@@ -4,9 +4,17 @@
 // throughput and p50/p95/p99 latency as JSON. Under tandem it reports each request's arrival
 // and end through the client API (tandem_request_begin/end), found with dlsym, unless
 // --transparent.
+//
+// With --models N it serves N "models" whose weights (--model-mb) are loaded on a model's first
+// request (allocated and written: a cold start, in the request's latency), released after
+// --idle-ms without requests (SIRIUS's T_idle) and evicted least-recently-used first when
+// another model needs the memory. --trace light|burst draws the request rate of each interval
+// as SIRIUS's LIGHT and BURST traces do; requests go to the models uniformly.
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -18,7 +26,8 @@ static const char* kUsage =
     "usage: infer-sim [--requests N | --seconds S] [--kernels K] [--kernel-us U] [--blocks B]\n"
     "                 [--closed-loop | --rate R [--burst AT:RATE:SECONDS]] [--seed X]\n"
     "                 [--report-every N] [--mem-mb M] [--transparent] [--warmup-seconds W]\n"
-    "                 [--slo-ms L]\n"
+    "                 [--slo-ms L] [--models N [--model-mb M] [--idle-ms T]]\n"
+    "                 [--trace light|burst [--interval-s S]]\n"
     "  Each request is K spin kernels of U us (grid B) on a non-blocking stream, ended by a host\n"
     "  synchronization. Closed loop by default (the next request starts when one ends);\n"
     "  --rate R sends Poisson arrivals at R requests/s (seeded by --seed, default 1) and measures\n"
@@ -31,7 +40,13 @@ static const char* kUsage =
     "  and end go to tandem_request_begin/end, exact latencies for tandemd's slo policy;\n"
     "  --transparent leaves tandem to see requests as the launches between synchronizations.\n"
     "  --warmup-seconds W: requests arriving in the first W seconds run but are not counted.\n"
-    "  --slo-ms L: the summary also gives slo_attainment, the fraction of requests within L ms.\n";
+    "  --slo-ms L: the summary also gives slo_attainment, the fraction of requests within L ms.\n"
+    "  --models N: N models of M MiB (default 64) each, requested uniformly; a model is loaded on\n"
+    "  its first request (a cold start), released after T ms without requests (default:\n"
+    "  TANDEM_MEM_IDLE_MS, else 30000) and evicted least recently used first when memory runs out.\n"
+    "  --trace light|burst: Poisson arrivals whose rate is drawn for each interval of S seconds\n"
+    "  (default 20) as in SIRIUS: light LogNormal(1, 1) requests/s; burst 30% of intervals\n"
+    "  LogNormal(4.5, 0.3), the others light.\n";
 
 // tandem's client API when the process runs under libtandem.so, else null.
 using RequestBegin = unsigned long long (*)(unsigned long long);
@@ -41,6 +56,84 @@ static unsigned long long monotonic_ns(std::chrono::steady_clock::time_point t) 
   return static_cast<unsigned long long>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
 }
+
+// SIRIUS's request-rate traces (§6.1): the timeline in intervals, each with a rate drawn from a
+// LogNormal distribution (LIGHT: mu 1, sigma 1, about 3.4 requests/s on average; HEAVY: mu 4.5,
+// sigma 0.3, about 98; BURST: 30% of intervals HEAVY, the others LIGHT).
+struct RateTrace {
+  enum Kind { none, light, burst } kind = none;
+  double interval_s = 20;
+  std::mt19937_64 rng;
+  std::vector<double> rates;  // per interval, drawn as the run reaches it
+  double at(double t) {
+    auto i = static_cast<size_t>(t / interval_s);
+    std::lognormal_distribution<double> low(1.0, 1.0), high(4.5, 0.3);
+    std::bernoulli_distribution heavy(0.3);
+    while (rates.size() <= i) rates.push_back(kind == burst && heavy(rng) ? high(rng) : low(rng));
+    return std::max(rates[i], 0.01);
+  }
+};
+
+// The models' weights. Under tandem's memory pool a load takes memory from training (docs/memory.md);
+// a release gives it back.
+struct Models {
+  size_t bytes = 0;
+  double idle_s = 30;
+  cudaStream_t stream = nullptr;
+  struct Model {
+    void* weights = nullptr;
+    double last_used_s = 0;
+  };
+  std::vector<Model> all;
+  int cold_starts = 0, evictions = 0, idle_releases = 0, loaded_high = 0;
+  std::vector<double> load_ms;
+
+  int loaded() const {
+    return static_cast<int>(std::count_if(all.begin(), all.end(), [](const Model& m) { return m.weights; }));
+  }
+  void unload(Model& m) {
+    CUDA_CHECK(cudaFree(m.weights));
+    m.weights = nullptr;
+  }
+  // Loads model k if it is not (allocate, write the weights), evicting the least recently used
+  // others while memory is short. False when even that leaves no room.
+  bool ensure(size_t k) {
+    if (all[k].weights) return true;
+    auto start = std::chrono::steady_clock::now();
+    void* p = nullptr;
+    while (cudaMalloc(&p, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      Model* lru = nullptr;
+      for (Model& m : all)
+        if (m.weights && (!lru || m.last_used_s < lru->last_used_s)) lru = &m;
+      if (!lru) return false;
+      unload(*lru);
+      ++evictions;
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 1, bytes, stream));  // the upload of the weights
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    all[k].weights = p;
+    ++cold_starts;
+    load_ms.push_back(seconds_since(start) * 1e3);
+    loaded_high = std::max(loaded_high, loaded());
+    return true;
+  }
+  // Releases the models not requested for idle_s. Seconds until the next one would be.
+  double release_idle(double now_s) {
+    double next = std::numeric_limits<double>::infinity();
+    for (Model& m : all) {
+      if (!m.weights) continue;
+      double left = m.last_used_s + idle_s - now_s;
+      if (left <= 0) {
+        unload(m);
+        ++idle_releases;
+      } else {
+        next = std::min(next, left);
+      }
+    }
+    return next;
+  }
+};
 
 static double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -57,6 +150,14 @@ int main(int argc, char** argv) {
   double burst_at = -1, burst_rate = 0, burst_seconds = 0;
   bool transparent = false;
   double warmup_s = 0, slo_ms = 0;
+  int model_count = 0;
+  double model_mb = 64, idle_ms = 30000;
+  if (const char* t = std::getenv("TANDEM_MEM_IDLE_MS")) {
+    char* end = nullptr;
+    double v = std::strtod(t, &end);
+    if (end != t && !*end && v >= 0) idle_ms = v;
+  }
+  RateTrace trace;
   for (; a.i < argc; ++a.i) {
     std::string f = argv[a.i];
     if (f == "--requests") requests = static_cast<int>(a.integer(1, 1000000000));
@@ -76,6 +177,16 @@ int main(int argc, char** argv) {
         a.fail(std::string("bad value '") + v + "' for --burst (want AT:RATE:SECONDS, e.g. 5:400:3)");
     }
     else if (f == "--mem-mb") mem_mb = a.number(0, 1 << 20);
+    else if (f == "--models") model_count = static_cast<int>(a.integer(0, 100000));
+    else if (f == "--model-mb") model_mb = a.number(1, 1 << 20);
+    else if (f == "--idle-ms") idle_ms = a.number(0, 1e9);
+    else if (f == "--interval-s") trace.interval_s = a.number(0.01, 1e6);
+    else if (f == "--trace") {
+      std::string v = a.value();
+      if (v == "light") trace.kind = RateTrace::light;
+      else if (v == "burst") trace.kind = RateTrace::burst;
+      else a.fail("bad value '" + v + "' for --trace (want light or burst)");
+    }
     else if (f == "--seed") seed = static_cast<unsigned>(a.integer(0, 4294967295LL));
     else if (f == "--report-every") report_every = static_cast<int>(a.integer(0, 1000000000));
     else if (f == "--help" || f == "-h") {
@@ -96,6 +207,15 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaStreamSynchronize(s));
 
   if (burst_at >= 0 && rate <= 0) a.fail("--burst needs --rate");
+  if (trace.kind != RateTrace::none && rate > 0) a.fail("--trace and --rate exclude each other");
+  trace.rng.seed(seed + 1);  // rates apart from arrivals: the same trace whatever the arrivals draw
+  Models models;
+  models.bytes = static_cast<size_t>(model_mb * 1024 * 1024);
+  models.idle_s = idle_ms / 1e3;
+  models.stream = s;
+  models.all.resize(static_cast<size_t>(model_count));
+  std::uniform_int_distribution<size_t> pick_model(0, model_count ? static_cast<size_t>(model_count) - 1 : 0);
+  int failed = 0;
   auto begin_request = transparent ? nullptr : reinterpret_cast<RequestBegin>(dlsym(RTLD_DEFAULT, "tandem_request_begin"));
   auto end_request = transparent ? nullptr : reinterpret_cast<RequestEnd>(dlsym(RTLD_DEFAULT, "tandem_request_end"));
   if (!begin_request || !end_request) begin_request = nullptr, end_request = nullptr;
@@ -106,22 +226,40 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   double next_arrival = 0;  // seconds since t0
   int done = 0;
+  bool open_loop = rate > 0 || trace.kind != RateTrace::none;
   while (seconds > 0 ? seconds_since(t0) < seconds : done < requests) {
     double arrival = seconds_since(t0);
-    if (rate > 0) {
+    if (open_loop) {
       bool bursting = burst_at >= 0 && next_arrival >= burst_at && next_arrival < burst_at + burst_seconds;
-      next_arrival += unit_gap(rng) / (bursting ? burst_rate : rate);
-      double wait = next_arrival - seconds_since(t0);
-      if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      next_arrival += unit_gap(rng) / (trace.kind != RateTrace::none ? trace.at(next_arrival)
+                                        : bursting                      ? burst_rate
+                                                                        : rate);
+      // Idle models go while waiting, on time: their memory is what training gets back. A
+      // request due after the end of the run is not waited for.
+      bool after_end = seconds > 0 && next_arrival >= seconds;
+      double until = after_end ? seconds : next_arrival;
+      for (double wait; (wait = until - seconds_since(t0)) > 0;)
+        std::this_thread::sleep_for(std::chrono::duration<double>(
+            std::min(wait, models.release_idle(seconds_since(t0)) + 1e-4)));
+      if (after_end) break;
       arrival = next_arrival;
     }
+    models.release_idle(seconds_since(t0));
+    // The model first (a cold start is memory and an upload, not work that waits for a
+    // bubble), then the request as tandem sees it, from its arrival: its latency includes the load.
+    size_t model = pick_model(rng);
+    bool served = models.all.empty() || models.ensure(model);
     unsigned long long begun = 0;
     if (begin_request)
       begun = begin_request(monotonic_ns(t0) + static_cast<unsigned long long>(arrival * 1e9));
-    for (int k = 0; k < kernels; ++k) spin_kernel<<<blocks, 256, 0, s>>>(kernel_ns);
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    if (served) {
+      for (int k = 0; k < kernels; ++k) spin_kernel<<<blocks, 256, 0, s>>>(kernel_ns);
+      CUDA_CHECK(cudaStreamSynchronize(s));
+      if (!models.all.empty()) models.all[model].last_used_s = seconds_since(t0);
+    }
     if (end_request) end_request(begun);
-    if (arrival >= warmup_s) latencies_ms.push_back((seconds_since(t0) - arrival) * 1e3);
+    if (!served) ++failed;  // no memory for the model: answered with an error
+    else if (arrival >= warmup_s) latencies_ms.push_back((seconds_since(t0) - arrival) * 1e3);
     ++done;
     if (report_every && done % report_every == 0) {
       double now = seconds_since(t0);
@@ -142,10 +280,21 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"example\":\"infer-sim\",\"requests\":%d,\"throughput_rps\":%.3f,\"p50_ms\":%.3f,\"p95_ms\":%.3f,"
       "\"p99_ms\":%.3f,\"mean_ms\":%.3f,\"elapsed_s\":%.3f,\"mode\":\"%s\",\"gpu_ms_per_request\":%.3f,"
-      "\"counted\":%zu,\"slo_ms\":%.3f,\"slo_attainment\":%.4f,\"request_api\":%s}\n",
+      "\"counted\":%zu,\"slo_ms\":%.3f,\"slo_attainment\":%.4f,\"request_api\":%s,\"failed\":%d,"
+      "\"models\":%d,\"model_mb\":%.0f,\"cold_starts\":%d,\"load_p50_ms\":%.3f,\"load_max_ms\":%.3f,"
+      "\"evictions\":%d,\"idle_releases\":%d,\"loaded_high\":%d}\n",
       done, done / elapsed, percentile(latencies_ms, 50), percentile(latencies_ms, 95),
-      percentile(latencies_ms, 99), mean, elapsed, rate > 0 ? "poisson" : "closed-loop", kernels * kernel_us / 1e3,
-      latencies_ms.size(), slo_ms, attainment, begin_request ? "true" : "false");
+      percentile(latencies_ms, 99), mean, elapsed,
+      trace.kind == RateTrace::light ? "trace-light"
+      : trace.kind == RateTrace::burst ? "trace-burst"
+      : rate > 0                       ? "poisson"
+                                       : "closed-loop",
+      kernels * kernel_us / 1e3, latencies_ms.size(), slo_ms, attainment, begin_request ? "true" : "false", failed,
+      model_count, model_count ? model_mb : 0.0, models.cold_starts, percentile(models.load_ms, 50),
+      models.load_ms.empty() ? 0.0 : *std::max_element(models.load_ms.begin(), models.load_ms.end()),
+      models.evictions, models.idle_releases, models.loaded_high);
+  for (auto& m : models.all)
+    if (m.weights) models.unload(m);
   if (weights) CUDA_CHECK(cudaFree(weights));
   return 0;
 }

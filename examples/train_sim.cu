@@ -3,9 +3,18 @@
 // waiting for it, as a rank waits for its peers), then a host "data-loading" gap. Prints
 // iterations/s as JSON lines.
 //
+// With --sample-mb M, each of the batch's samples holds M MiB of activations and the batch is as
+// large as memory allows (at most --batch N); with --elastic it follows the memory tandem gives
+// it: shrinks when tandem's memory-pressure callback asks (at the next iteration boundary, a
+// safe point) and regrows when cudaMemGetInfo shows room for a sample.
+//
 // Built with -DTANDEM_EXAMPLES_NCCL=ON and run with --gpus N (N > 1) on a multi-GPU machine,
 // the communication phase is a real ncclAllReduce across N GPUs driven by this one process
 // (ncclCommInitAll); the compute phase then runs on every GPU.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -28,22 +37,82 @@
 static const char* kUsage =
     "usage: train-sim [--iterations N | --seconds S] [--compute-kernels K] [--kernel-us U]\n"
     "                 [--comm-us C] [--gap-us G] [--blocks B] [--warmup W] [--report-every R]\n"
-    "                 [--mem-mb M] [--gpus N] [--comm-mb M]\n"
+    "                 [--mem-mb M] [--gpus N] [--comm-mb M] [--batch N] [--sample-mb M] [--elastic]\n"
     "  Per iteration: K spin kernels of U us (grid B, default 132), a communication phase (an\n"
     "  NCCL-named spin kernel of C us, then the host waits for it), a data-loading gap of G us.\n"
     "  Defaults: 4 kernels x 7 ms compute, 6 ms communication, 6 ms data-loading gap\n"
     "  (30% of each 40 ms iteration is a bubble), 3 warm-up iterations, then 100 iterations.\n"
     "  --mem-mb M: device memory held for the whole run, standing in for weights and optimizer\n"
     "  state (default 128 MiB; 0: none).\n"
+    "  --batch N: samples per iteration at most (default 1); the compute kernels' time is for a full\n"
+    "  batch, a smaller batch takes its share. --sample-mb M: device memory per sample (default 0);\n"
+    "  the batch starts as large as fits (cudaMemGetInfo). --elastic: follow tandem's memory:\n"
+    "  shrink when its memory-pressure callback asks, regrow when a sample fits again.\n"
     "  --gpus N > 1 with a build using -DTANDEM_EXAMPLES_NCCL=ON: a real ncclAllReduce of M MiB\n"
     "  (default 64) across N GPUs replaces the stand-in kernel.\n"
     "  Output: a JSON line every R iterations (0: none) and a summary JSON line.\n";
+
+// tandem's client API (include/tandem/client.h) when the process runs under libtandem.so.
+using PressureFn = void (*)(unsigned long long quota_bytes, unsigned long long in_use_bytes, void* user);
+using OnMemoryPressure = int (*)(PressureFn, void*);
+using ReportRelease = void (*)(unsigned long long);
+
+// What tandem asked this process to give up: set on tandem's progress thread, taken by the
+// training loop at the next iteration boundary (no kernel of the batch is then in flight).
+static std::atomic<unsigned long long> g_asked_bytes{0};
+
+static void on_memory_pressure(unsigned long long quota, unsigned long long in_use, void*) {
+  if (in_use > quota) g_asked_bytes.store(in_use - quota);
+}
+
+// The batch's activations: one allocation per sample, so a sample's memory can be returned.
+struct Batch {
+  size_t sample_bytes = 0;  // 0: the batch holds no memory of its own and stays at max
+  int max = 1;
+  cudaStream_t stream = nullptr;
+  std::vector<void*> samples;
+  int shrinks = 0, grows = 0;
+  unsigned long long released = 0;
+
+  int size() const { return sample_bytes ? static_cast<int>(samples.size()) : max; }
+  // One more sample when cudaMemGetInfo (under tandem: the quota) says it fits.
+  bool grow_one() {
+    if (!sample_bytes || size() >= max) return false;
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess || free_bytes < sample_bytes) return false;
+    void* p = nullptr;
+    if (cudaMalloc(&p, sample_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // out of memory after all: try again later
+      return false;
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, sample_bytes, stream));  // the forward pass writes it
+    samples.push_back(p);
+    return true;
+  }
+  // Frees samples until `bytes` are returned, keeping one. The bytes freed.
+  unsigned long long shrink(unsigned long long bytes) {
+    unsigned long long freed = 0;
+    while (freed < bytes && samples.size() > 1) {
+      CUDA_CHECK(cudaFree(samples.back()));
+      samples.pop_back();
+      freed += sample_bytes;
+    }
+    if (freed) ++shrinks, released += freed;
+    return freed;
+  }
+  void free_all() {
+    for (void* p : samples) CUDA_CHECK(cudaFree(p));
+    samples.clear();
+  }
+};
 
 int main(int argc, char** argv) {
   Args a{argc, argv, kUsage};
   int iterations = 100, kernels = 4, blocks = 132, warmup = 3, report_every = 0, gpus = 1;
   double seconds = 0, kernel_us = 7000, comm_us = 6000, gap_us = 6000;
-  double mem_mb = 128;
+  double mem_mb = 128, sample_mb = 0;
+  int max_batch = 1;
+  bool elastic = false;
   [[maybe_unused]] double comm_mb = 64;  // only an NCCL build uses it
   for (; a.i < argc; ++a.i) {
     std::string f = argv[a.i];
@@ -59,6 +128,9 @@ int main(int argc, char** argv) {
     else if (f == "--gpus") gpus = static_cast<int>(a.integer(1, 64));
     else if (f == "--comm-mb") comm_mb = a.number(0.001, 65536);
     else if (f == "--mem-mb") mem_mb = a.number(0, 1 << 20);
+    else if (f == "--batch") max_batch = static_cast<int>(a.integer(1, 100000));
+    else if (f == "--sample-mb") sample_mb = a.number(0, 1 << 20);
+    else if (f == "--elastic") elastic = true;
     else if (f == "--help" || f == "-h") {
       std::printf("%s", kUsage);
       return 0;
@@ -111,6 +183,35 @@ int main(int argc, char** argv) {
   }
 #endif
 
+  Batch batch;
+  batch.sample_bytes = static_cast<size_t>(sample_mb * 1024 * 1024);
+  batch.max = max_batch;
+  batch.stream = streams[0];
+  CUDA_CHECK(cudaSetDevice(0));
+  while (batch.grow_one()) {
+  }
+  if (batch.sample_bytes && batch.size() == 0) {
+    std::fprintf(stderr, "%s: no room for one sample of %.0f MiB\n", argv[0], sample_mb);
+    return 1;
+  }
+  auto report_release = reinterpret_cast<ReportRelease>(dlsym(RTLD_DEFAULT, "tandem_report_release"));
+  if (elastic) {
+    auto on_pressure = reinterpret_cast<OnMemoryPressure>(dlsym(RTLD_DEFAULT, "tandem_on_memory_pressure"));
+    if (!on_pressure || on_pressure(on_memory_pressure, nullptr) != 0)
+      std::fprintf(stderr, "%s: --elastic without tandem (libtandem.so not loaded or disabled): the batch "
+                   "only grows\n", argv[0]);
+  }
+  // At an iteration boundary: give back what tandem asked for, or take one more sample.
+  auto follow_memory = [&] {
+    if (!elastic) return;
+    if (unsigned long long asked = g_asked_bytes.exchange(0)) {
+      unsigned long long freed = batch.shrink(asked);
+      if (freed && report_release) report_release(freed);
+    } else if (batch.grow_one()) {
+      ++batch.grows;
+    }
+  };
+
   auto communicate = [&] {
 #ifdef TANDEM_EXAMPLES_NCCL
     if (use_nccl) {
@@ -126,10 +227,13 @@ int main(int argc, char** argv) {
     ncclDevKernel_AllReduce_Sum_f32_spin<<<4, 512, 0, streams[0]>>>(comm_ns);  // the collective
   };
   auto iteration = [&] {
+    follow_memory();
+    // A smaller batch computes its share of the full batch's time.
+    auto ns = kernel_ns * static_cast<unsigned long long>(batch.size()) / static_cast<unsigned long long>(max_batch);
     for (int r = 0; r < ranks; ++r) {
       if (ranks > 1) CUDA_CHECK(cudaSetDevice(r));
       for (int k = 0; k < kernels; ++k)
-        spin_kernel<<<blocks, 256, 0, streams[static_cast<size_t>(r)]>>>(kernel_ns);
+        spin_kernel<<<blocks, 256, 0, streams[static_cast<size_t>(r)]>>>(ns);
     }
     communicate();
     CUDA_CHECK(cudaGetLastError());
@@ -141,24 +245,36 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
   int done = 0, last_done = 0;
+  long long samples = 0, last_samples = 0;
+  int batch_min = batch.size(), batch_max = batch.size();
   while (seconds > 0 ? seconds_since(t0) < seconds : done < iterations) {
     iteration();
     ++done;
+    samples += batch.size();
+    batch_min = std::min(batch_min, batch.size());
+    batch_max = std::max(batch_max, batch.size());
     if (report_every && done % report_every == 0) {
       double dt = seconds_since(last);
-      std::printf("{\"example\":\"train-sim\",\"iter\":%d,\"iters_per_s\":%.2f,\"elapsed_s\":%.3f}\n", done,
-                  (done - last_done) / dt, seconds_since(t0));
+      std::printf("{\"example\":\"train-sim\",\"iter\":%d,\"iters_per_s\":%.2f,\"samples_per_s\":%.2f,"
+                  "\"batch\":%d,\"elapsed_s\":%.3f}\n",
+                  done, (done - last_done) / dt, static_cast<double>(samples - last_samples) / dt, batch.size(),
+                  seconds_since(t0));
       std::fflush(stdout);
       last = std::chrono::steady_clock::now();
       last_done = done;
+      last_samples = samples;
     }
   }
   double elapsed = seconds_since(t0);
   std::printf(
       "{\"example\":\"train-sim\",\"summary\":true,\"iterations\":%d,\"iters_per_s\":%.3f,\"elapsed_s\":%.3f,"
-      "\"compute_us\":%.0f,\"comm_us\":%.0f,\"gap_us\":%.0f,\"comm\":\"%s\",\"gpus\":%d}\n",
+      "\"compute_us\":%.0f,\"comm_us\":%.0f,\"gap_us\":%.0f,\"comm\":\"%s\",\"gpus\":%d,"
+      "\"samples_per_s\":%.3f,\"batch_max\":%d,\"batch_mean\":%.2f,\"batch_low\":%d,\"batch_high\":%d,"
+      "\"sample_mb\":%.0f,\"elastic\":%s,\"shrinks\":%d,\"grows\":%d,\"released_mb\":%.0f}\n",
       done, done / elapsed, elapsed, kernels * kernel_us, use_nccl ? 0.0 : comm_us, gap_us,
-      use_nccl ? "nccl-allreduce" : "nccl-named-spin", ranks);
+      use_nccl ? "nccl-allreduce" : "nccl-named-spin", ranks, static_cast<double>(samples) / elapsed, max_batch,
+      done ? static_cast<double>(samples) / done : 0.0, batch_min, batch_max, sample_mb, elastic ? "true" : "false",
+      batch.shrinks, batch.grows, static_cast<double>(batch.released) / (1 << 20));
   std::fflush(stdout);
 #ifdef TANDEM_EXAMPLES_NCCL
   if (use_nccl)
@@ -168,8 +284,9 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaFree(bufs[static_cast<size_t>(r)]));
     }
 #endif
+  CUDA_CHECK(cudaSetDevice(0));
+  batch.free_all();
   if (state) {
-    CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaFree(state));
   }
   return 0;
