@@ -44,13 +44,17 @@ void decrement_open(tandem_slot* slot) noexcept {
   }
 }
 
-void request_closed(tandem_slot* slot, uint64_t now, uint64_t latency_ns) noexcept {
+// `latency_ns` counts from the arrival (the SLO's measure); `service_ns` from the admission on
+// (what a bubble must hold: the admission's estimate). Were the estimate the latency, queueing
+// would feed it: a backlog makes requests look longer than any bubble, so each waits its whole
+// SLO, which lengthens the backlog.
+void request_closed(tandem_slot* slot, uint64_t now, uint64_t latency_ns, uint64_t service_ns) noexcept {
   decrement_open(slot);
   __atomic_store_n(&slot->request_activity_ns, now, __ATOMIC_RELEASE);
   // Best-effort work held back while the request ran may go now.
   if (tandem_shm_header* shm = g_shm.load(std::memory_order_acquire)) futex_bump_and_wake(&shm->request_seq);
   uint64_t mean = __atomic_load_n(&slot->request_ns, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->request_ns, mean ? (mean * 7 + latency_ns) / 8 : latency_ns, __ATOMIC_RELEASE);
+  __atomic_store_n(&slot->request_ns, mean ? (mean * 7 + service_ns) / 8 : service_ns, __ATOMIC_RELEASE);
   __atomic_fetch_add(&slot->requests, 1, __ATOMIC_RELAXED);
   std::lock_guard<std::mutex> lock(g_samples_mutex);
   if (g_sample_count < kSamples) g_samples[g_sample_count] = latency_ns;
@@ -90,8 +94,19 @@ void request_synchronized() noexcept {
   tandem_slot* slot = current_slot();
   if (!slot) return;
   uint64_t now = monotonic_ns();
-  request_closed(slot, now, now - g_transparent_start.load(std::memory_order_relaxed));
+  uint64_t took = now - g_transparent_start.load(std::memory_order_relaxed);  // from its admission
+  request_closed(slot, now, took, took);
 }
+
+namespace {
+// The explicit request this thread began last, and when it was admitted: its service time, when
+// the same thread ends it (a server thread per request, or one loop); otherwise the latency
+// stands in.
+struct OpenRequest {
+  uint64_t begin_ns, admitted_ns;
+};
+thread_local OpenRequest t_open{0, 0};
+}  // namespace
 
 uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept {
   // Only online inference has requests: for any other role the calls are accepted and ignored
@@ -112,7 +127,9 @@ uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept {
   tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
   if (slot && shm) {
     admit_request(slot, shm, begin);
-    request_opened(slot, monotonic_ns());
+    uint64_t admitted = monotonic_ns();
+    request_opened(slot, admitted);
+    t_open = {begin, admitted};
   }
   return begin;
 }
@@ -121,7 +138,10 @@ void explicit_request_end(uint64_t begin_ns) noexcept {
   if (g_role != TANDEM_ROLE_INFERENCE) return;
   tandem_slot* slot = current_slot();
   uint64_t now = monotonic_ns();
-  if (slot && begin_ns && begin_ns <= now) request_closed(slot, now, now - begin_ns);
+  if (!slot || !begin_ns || begin_ns > now) return;
+  bool ours = t_open.begin_ns == begin_ns && t_open.admitted_ns && t_open.admitted_ns <= now;
+  request_closed(slot, now, now - begin_ns, ours ? now - t_open.admitted_ns : now - begin_ns);
+  if (ours) t_open = {0, 0};
 }
 
 void publish_request_latency() noexcept {
