@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
 #include <mutex>
@@ -315,8 +316,8 @@ bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint6
 void pool_tick() noexcept {
   if (g_state.load(std::memory_order_acquire) <= 0) return;
   try {
-    uint64_t held = 0;
-    if (!g_pool->try_usage(held, nullptr)) return;
+    uint64_t held = 0, live = 0;
+    if (!g_pool->try_usage(held, live)) return;
     uint64_t quota = memory_quota();
     if (quota && held > quota) {  // tandemd lowered the quota: give back what is idle
       uint64_t start = monotonic_ns();
@@ -326,14 +327,13 @@ void pool_tick() noexcept {
                          quota >> 20, static_cast<double>(monotonic_ns() - start) / 1e6);
       return;
     }
-    // SIRIUS's InferRelease: idle memory is kept up to 2W, then given back down to W. The
-    // scan for idle chunks only when that much is held at all.
-    const uint64_t chunk = g_pool->chunk_bytes();
-    if (g_role != TANDEM_ROLE_INFERENCE || held < 2 * g_watermark || held < chunk) return;
-    uint64_t idle = 0;
-    if (!g_pool->try_usage(held, &idle)) return;
-    if (idle >= 2 * g_watermark && idle > g_watermark && idle >= chunk)
-      g_pool->try_trim(held - (idle - g_watermark), false);
+    // SIRIUS's InferRelease: memory not in use is kept up to 2W, then given back down to W.
+    // Blocks freed with cuMemFree wait for a synchronization, which trimming takes: an idle
+    // server synchronizes nothing else, and its freed models must still go back.
+    uint64_t unused = held - std::min(held, live);
+    if (g_role == TANDEM_ROLE_INFERENCE && unused >= 2 * g_watermark && unused > g_watermark &&
+        unused >= g_pool->chunk_bytes())
+      g_pool->try_trim(held - (unused - g_watermark), true);
   } catch (...) {
   }
 }

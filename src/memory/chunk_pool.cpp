@@ -279,11 +279,11 @@ PoolStats ChunkPool::stats() const {
   return s;
 }
 
-bool ChunkPool::try_usage(uint64_t& held, uint64_t* idle) const {
+bool ChunkPool::try_usage(uint64_t& held, uint64_t& live) const {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return false;
   held = stats_.held_bytes;
-  if (idle) *idle = idle_bytes_locked();
+  live = stats_.live_bytes;
   return true;
 }
 

@@ -97,9 +97,9 @@ class ChunkPool {
   uint64_t try_trim(uint64_t target_bytes, bool may_synchronize);
 
   PoolStats stats() const;
-  // Held bytes and (when `idle` is given: a scan of every slot) idle bytes, without waiting
-  // for the lock (false when it is held): the progress thread's look, every tick.
-  bool try_usage(uint64_t& held, uint64_t* idle) const;
+  // Held and live bytes without waiting for the lock (false when it is held): the progress
+  // thread's look, every tick.
+  bool try_usage(uint64_t& held, uint64_t& live) const;
   uint64_t chunks_received() const;
   // Checks every chunk's sub-allocator and the slot table (tests, debug builds).
   bool check(const char** why) const;

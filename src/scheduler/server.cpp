@@ -187,7 +187,9 @@ bool Server::reply_error(Client& client, int error_number, const std::string& me
 }
 
 void Server::disconnect(int fd) {
+  std::string pooled_gpu;  // the GPU whose pool may have gained free chunks
   if (Client* c = registry_.find(fd)) {
+    pooled_gpu = c->gpu;
     c->out.flush(fd);  // a last error reply, if the socket takes it now
     TANDEM_LOG_DEBUG("client pid {} gone", c->pid);
     // Its slot and unspent tokens are reclaimed at once: the others continue.
@@ -201,6 +203,8 @@ void Server::disconnect(int fd) {
   }
   registry_.remove(fd);
   close(fd);
+  // What an exited process held may go back to training's quota (InferRelease, as when it gives it back).
+  if (!pooled_gpu.empty()) give_back_to_training(pooled_gpu);
 }
 
 bool Server::receive(Client& client) {

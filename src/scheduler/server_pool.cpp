@@ -72,8 +72,10 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   auto given = pool_.take(client.gpu, chunk, wanted, client.fd);
   if (!send_chunks(client, given, seq)) return false;
   uint32_t n = static_cast<uint32_t>(given.size());
+  // A short answer counts when online inference did not get what it asked for; the others
+  // are told "none free" as a matter of course and make chunks of their own.
   auto granted = [&](uint32_t count, const std::string& reason) {
-    if (count < wanted) ++pool_figures_[client.gpu].short_answers;
+    if (count < wanted && client.role == "inference") ++pool_figures_[client.gpu].short_answers;
     return reply(client, MessageType::pool_granted,
                  nlohmann::json{{"chunks", count}, {"short_bytes", (wanted - count) * chunk}, {"reason", reason},
                                 {"seq", seq}}
@@ -188,7 +190,14 @@ void Server::set_quota(Client& client, uint64_t bytes) {
 }
 
 void Server::pool_tick(uint64_t now_ns) {
-  if (pool_.reap_orphans() || !pool_waits_.empty()) serve_pool_waits(now_ns);
+  bool reaped = pool_.reap_orphans() > 0;
+  if (reaped || !pool_waits_.empty()) serve_pool_waits(now_ns);
+  if (!reaped) return;
+  std::vector<std::string> gpus;  // an exited process's chunks are free: training may have them back
+  for (const auto& [fd, c] : registry_.clients())
+    if (c.role == "training" && c.pool_taken_bytes && std::find(gpus.begin(), gpus.end(), c.gpu) == gpus.end())
+      gpus.push_back(c.gpu);
+  for (const std::string& g : gpus) give_back_to_training(g);
 }
 
 uint64_t Server::pool_bytes_of(const std::string& gpu_uuid, uint32_t slot) const {

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The elastic examples end to end on the simulated GPU (docs/memory.md, examples/README.md).
+
+  models   infer-sim's models: loaded on first request, evicted least recently used first when
+           the device is full, released after --idle-ms without requests (no tandem)
+  elastic  training (train-sim --elastic) and online inference (infer-sim --models) share a
+           1 GiB quota through tandem's pool: inference's loads take memory from training,
+           which shrinks its batch when asked and regrows when inference releases its models
+           (idle, at exit, or killed)
+
+usage: elastic_e2e.py BUILD_DIR models|elastic
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from e2e_util import Env, check, finish  # noqa: E402
+
+
+def models(env):
+    # Room for two models of 64 MiB on a 160 MiB device; three are requested.
+    env.base["SIMGPU_MEM_BYTES"] = str(160 << 20)
+    i = finish(env.start("infer-sim", "--seconds", "2", "--rate", "30", "--models", "3", "--model-mb", "64",
+                         "--mem-mb", "0", "--idle-ms", "60"))
+    check(i["failed"] == 0 and i["requests"] > 20, f"every request was served ({i['requests']}, failed {i['failed']})")
+    check(i["loaded_high"] == 2 and i["evictions"] >= 1,
+          f"at most two models loaded, the others evicted ({i['loaded_high']}, {i['evictions']} evictions)")
+    check(i["idle_releases"] >= 1 and i["cold_starts"] >= 3,
+          f"idle models released ({i['idle_releases']}), loaded again when requested ({i['cold_starts']} cold starts)")
+
+
+def training_slot(env, pid):
+    st = env.status()
+    return next(s for s in st["gpus"][0]["slots"] if s["pid"] == pid), st["gpus"][0]["pool"]
+
+
+def elastic(env):
+    pool = dict(TANDEM_MEM_POOL="1", TANDEM_MEM_CHUNK="32M", TANDEM_MEM_WATERMARK="32M", TANDEM_MEM_LIMIT="1G")
+    d = env.daemon(**pool)
+    try:
+        train = env.start("train-sim", "--seconds", "11", "--mem-mb", "64", "--sample-mb", "32", "--batch", "24",
+                          "--elastic", "--kernel-us", "200", "--compute-kernels", "50", "--comm-us", "500",
+                          "--gap-us", "5000", role="training", **pool)
+        time.sleep(1.5)  # training fills the quota first
+        # Four models of 128 MiB wanted at once (a burst of 1.5 s), then hardly a request: released.
+        infer = env.start("infer-sim", "--seconds", "4", "--rate", "0.1", "--burst", "0:40:1.5", "--models", "4",
+                          "--model-mb", "128", "--mem-mb", "0", "--idle-ms", "300", role="inference", **pool)
+        time.sleep(1.2)
+        during, _ = training_slot(env, train.pid)
+        time.sleep(2)
+        after, _ = training_slot(env, train.pid)
+        i = finish(infer)
+        time.sleep(0.5)
+        exited, _ = training_slot(env, train.pid)
+        # An inference process killed while it holds two models: its memory goes back to training.
+        crash = env.start("infer-sim", "--seconds", "30", "--models", "2", "--model-mb", "128", "--mem-mb", "0",
+                          role="inference", **pool)
+        time.sleep(1.5)
+        holding, _ = training_slot(env, train.pid)
+        crash.kill()
+        crash.wait()
+        time.sleep(1)
+        killed, p = training_slot(env, train.pid)
+        t = finish(train)
+    finally:
+        d.terminate()
+        d.wait()
+    mib = 1 << 20
+    check(i["failed"] == 0 and i["loaded_high"] == 4 and i["idle_releases"] >= 1,
+          f"inference loaded its four models and released them when idle ({i['idle_releases']} releases)")
+    check(p["handovers"] >= 1, f"tandemd moved memory from training to inference ({p})")
+    check(t["batch_high"] == 24 and t["shrinks"] >= 1 and during["bytes_in_use"] <= 512 * mib,
+          f"training filled its quota (batch 24), then shrank to {during['bytes_in_use'] / mib:.0f} MiB "
+          f"({t['shrinks']} shrinks, {t['released_mb']:.0f} MiB given back)")
+    check(after["bytes_in_use"] >= during["bytes_in_use"] + 256 * mib and t["grows"] >= 8,
+          f"training regrew when inference released its models ({after['bytes_in_use'] / mib:.0f} MiB, "
+          f"{t['grows']} grows)")
+    check(exited["assigned_quota_bytes"] == 0,
+          f"once inference exited, training's quota was restored (tandemd's quota {exited['assigned_quota_bytes']})")
+    check(holding["assigned_quota_bytes"] != 0 and killed["assigned_quota_bytes"] == 0,
+          f"a killed inference process's memory went back to training (quota {holding['assigned_quota_bytes'] / mib:.0f}"
+          f" MiB while it held its models, then {killed['assigned_quota_bytes']}: none)")
+
+
+def main():
+    build, case = sys.argv[1], sys.argv[2]
+    {"models": models, "elastic": elastic}[case](Env(build))
+    print(f"elastic e2e {case}: ok")
+
+
+if __name__ == "__main__":
+    main()
