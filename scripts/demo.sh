@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job, two scenarios on one GPU. Runs on the real GPU when nvidia-smi finds one,
-# otherwise on the simulated GPU.   Usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|all]
+# otherwise on the simulated GPU.   Usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|all]
 # fill (training first): training with communication and data-loading bubbles (train-sim)
 #   shares the GPU with batch inference (infer-sim). Four configurations, each for --seconds S
 #   (default 5): Exclusive training, Exclusive inference, Co-Exec (both, no tandem), tandem
@@ -8,6 +8,8 @@
 #   inference p95 and bubble utilization; writes a Perfetto trace and a PNG timeline.
 # slo (inference first): online inference with Poisson arrivals and a burst beside training,
 #   tandemd --policy slo, for 2 x S seconds (scripts/demo_slo.sh): latency table and plot.
+# memory: elastic training beside online inference whose models come and go, in 1 GiB, for
+#   3 x S seconds (scripts/demo_memory.sh): tandem's pool against a static 50/50 split.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=5
@@ -15,11 +17,11 @@ scenario=all
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
-    --scenario) scenario=${2:?--scenario needs fill, slo or all}; shift 2 ;;
-    *) echo "usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|all]" >&2; exit 2 ;;
+    --scenario) scenario=${2:?--scenario needs fill, slo, memory or all}; shift 2 ;;
+    *) echo "usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|all]" >&2; exit 2 ;;
   esac
 done
-case "$scenario" in fill|slo|all) ;; *) echo "demo: unknown scenario '$scenario' (fill, slo or all)" >&2; exit 2 ;; esac
+case "$scenario" in fill|slo|memory|all) ;; *) echo "demo: unknown scenario '$scenario' (fill, slo, memory or all)" >&2; exit 2 ;; esac
 scripts/setup.sh >/dev/null
 
 if nvidia-smi -L >/dev/null 2>&1; then
@@ -32,6 +34,7 @@ fi
 out=${TANDEM_DEMO_OUT:-$(mktemp -d /tmp/tandem-demo.XXXXXX)}
 mkdir -p "$out"
 if [ "$scenario" = slo ]; then exec scripts/demo_slo.sh "$out/slo" "$(awk "BEGIN{print $seconds * 2}")"; fi
+if [ "$scenario" = memory ]; then exec scripts/demo_memory.sh "$out/memory" "$(awk "BEGIN{print $seconds * 3}")"; fi
 train() { build/bin/train-sim --seconds "$seconds"; }
 infer() { build/bin/infer-sim --seconds "$seconds"; }
 
@@ -105,4 +108,6 @@ PY
 if [ "$scenario" = all ]; then
   echo
   scripts/demo_slo.sh "$out/slo" "$(awk "BEGIN{print $seconds * 2}")"
+  echo
+  scripts/demo_memory.sh "$out/memory" "$(awk "BEGIN{print $seconds * 3}")"
 fi

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The memory scenario (docs/memory.md): training (train-sim --elastic, a batch of 32 MiB samples)
+# and online inference (infer-sim: six models of 96 MiB loaded on first request and released
+# after 1 s idle, SIRIUS's BURST request trace) share a GPU of 1 GiB (TANDEM_MEM_LIMIT, the same
+# on a real GPU and on the simulated one). Four configurations: Exclusive training and Exclusive
+# inference (each alone), a static 50/50 split (each process a 512 MiB quota), and tandem's pool
+# (one 1 GiB pool: inference's loads take memory from training, which shrinks its batch and
+# regrows when the models are released). Both shared runs use tandemd's fill policy.
+# Called by scripts/demo.sh (which builds and picks the GPU); usage: demo_memory.sh OUT_DIR SECONDS
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$1
+seconds=$2
+mkdir -p "$out"
+train=(build/bin/train-sim --seconds "$seconds" --mem-mb 64 --sample-mb 32 --batch 24 --elastic
+       --kernel-us 200 --compute-kernels 100 --comm-us 500 --gap-us 11500)
+infer=(build/bin/infer-sim --seconds "$seconds" --models 6 --model-mb 96 --mem-mb 0 --idle-ms 1000
+       --trace burst --interval-s 2 --seed 3 --slo-ms 100)
+export TANDEM_MEM_CHUNK=32M TANDEM_MEM_WATERMARK=64M
+
+echo "demo memory: 1/4 exclusive training";  "${train[@]}" >"$out/exclusive-train.json" 2>"$out/exclusive-train.err"
+echo "demo memory: 2/4 exclusive inference"; "${infer[@]}" >"$out/exclusive-infer.json"
+
+# Both processes under libtandem.so beside tandemd; $1: the configuration's name, then settings.
+shared() {
+  local name=$1
+  shift
+  export TANDEM_SOCKET="$out/$name.sock"
+  build/bin/tandemd --foreground --socket "$TANDEM_SOCKET" --log info 2>"$out/$name-tandemd.log" & daemon=$!
+  trap 'kill $daemon 2>/dev/null || true' EXIT
+  for _ in $(seq 50); do [ -S "$TANDEM_SOCKET" ] && break; sleep 0.1; done
+  env "$@" LD_PRELOAD="$PWD/build/lib/libtandem.so" TANDEM_ROLE=training TANDEM_STATS_FILE="$out/$name-train-stats.json" \
+    "${train[@]}" >"$out/$name-train.json" 2>"$out/$name-train.err" & a=$!
+  sleep 1  # training starts first and fills what it may
+  env "$@" LD_PRELOAD="$PWD/build/lib/libtandem.so" TANDEM_ROLE=inference TANDEM_STATS_FILE="$out/$name-infer-stats.json" \
+    "${infer[@]}" >"$out/$name-infer.json" 2>"$out/$name-infer.err" & b=$!
+  wait $b
+  build/bin/tandemctl status --json >"$out/$name-status.json" || echo "demo memory: no status from tandemd"
+  wait $a
+  kill $daemon; wait $daemon 2>/dev/null || true
+  trap - EXIT
+}
+echo "demo memory: 3/4 static 50/50 split (512 MiB each)"
+shared static TANDEM_MEM_LIMIT=512M
+echo "demo memory: 4/4 tandem's pool (1 GiB shared)"
+shared pool TANDEM_MEM_LIMIT=1G TANDEM_MEM_POOL=1
+py=$(command -v /usr/bin/python3 || command -v python3)
+"$py" scripts/demo_memory_report.py "$out"
