@@ -214,6 +214,7 @@ int main(int argc, char** argv) {
   models.idle_s = idle_ms / 1e3;
   models.stream = s;
   models.all.resize(static_cast<size_t>(model_count));
+  std::mt19937_64 model_rng(seed + 2);  // apart from arrivals: --models leaves the arrival times as they were
   std::uniform_int_distribution<size_t> pick_model(0, model_count ? static_cast<size_t>(model_count) - 1 : 0);
   int failed = 0;
   auto begin_request = transparent ? nullptr : reinterpret_cast<RequestBegin>(dlsym(RTLD_DEFAULT, "tandem_request_begin"));
@@ -247,7 +248,7 @@ int main(int argc, char** argv) {
     models.release_idle(seconds_since(t0));
     // The model first (a cold start is memory and an upload, not work that waits for a
     // bubble), then the request as tandem sees it, from its arrival: its latency includes the load.
-    size_t model = pick_model(rng);
+    size_t model = models.all.empty() ? 0 : pick_model(model_rng);
     bool served = models.all.empty() || models.ensure(model);
     unsigned long long begun = 0;
     if (begin_request)
