@@ -13,7 +13,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <random>
 #include <thread>

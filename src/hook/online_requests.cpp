@@ -30,6 +30,14 @@ uint32_t g_sample_count = 0;
 uint32_t g_interval = 0;  // the control_seq the samples belong to
 bool g_fresh = false;     // samples added since the last publication
 
+// The explicit request this thread began last, and when it was admitted: its service time, when
+// the same thread ends it (a server thread per request, or one loop); otherwise the latency
+// stands in.
+struct OpenRequest {
+  uint64_t begin_ns, admitted_ns;
+};
+thread_local OpenRequest t_open{0, 0};
+
 void request_opened(tandem_slot* slot, uint64_t now) noexcept {
   __atomic_fetch_add(&slot->requests_open, 1, __ATOMIC_ACQ_REL);
   __atomic_store_n(&slot->request_activity_ns, now, __ATOMIC_RELEASE);
@@ -97,16 +105,6 @@ void request_synchronized() noexcept {
   uint64_t took = now - g_transparent_start.load(std::memory_order_relaxed);  // from its admission
   request_closed(slot, now, took, took);
 }
-
-namespace {
-// The explicit request this thread began last, and when it was admitted: its service time, when
-// the same thread ends it (a server thread per request, or one loop); otherwise the latency
-// stands in.
-struct OpenRequest {
-  uint64_t begin_ns, admitted_ns;
-};
-thread_local OpenRequest t_open{0, 0};
-}  // namespace
 
 uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept {
   // Only online inference has requests: for any other role the calls are accepted and ignored

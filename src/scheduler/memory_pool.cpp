@@ -64,8 +64,8 @@ void MemoryPool::disconnect(int owner, int pidfd) {
   reap_orphans();
 }
 
-uint32_t MemoryPool::reap_orphans() {
-  uint32_t n = 0;
+std::vector<std::string> MemoryPool::reap_orphans() {
+  std::vector<std::string> gpus;
   std::vector<int> exited;
   for (auto& [id, c] : chunks_) {
     if (c.orphan_pidfd < 0) continue;
@@ -77,11 +77,11 @@ uint32_t MemoryPool::reap_orphans() {
     }
     if (gone) {
       c.orphan_pidfd = -1;
-      ++n;
+      if (std::find(gpus.begin(), gpus.end(), c.gpu) == gpus.end()) gpus.push_back(c.gpu);
     }
   }
   for (int fd : exited) close(fd);
-  return n;
+  return gpus;
 }
 
 uint64_t MemoryPool::held_by(int owner) const {

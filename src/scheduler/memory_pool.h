@@ -34,8 +34,8 @@ class MemoryPool {
   // The owner's connection closed. `pidfd` (-1: unknown, taken as gone) tells when the
   // process is gone; until then its chunks stay out of reach. Takes `pidfd`.
   void disconnect(int owner, int pidfd);
-  // Frees the chunks of orphans whose process exited. How many became free.
-  uint32_t reap_orphans();
+  // Frees the chunks of orphans whose process exited. The GPUs that gained free chunks.
+  std::vector<std::string> reap_orphans();
 
   uint64_t held_by(int owner) const;
   uint64_t free_bytes(const std::string& gpu, uint64_t chunk_bytes) const;

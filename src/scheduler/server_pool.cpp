@@ -190,14 +190,10 @@ void Server::set_quota(Client& client, uint64_t bytes) {
 }
 
 void Server::pool_tick(uint64_t now_ns) {
-  bool reaped = pool_.reap_orphans() > 0;
-  if (reaped || !pool_waits_.empty()) serve_pool_waits(now_ns);
-  if (!reaped) return;
-  std::vector<std::string> gpus;  // an exited process's chunks are free: training may have them back
-  for (const auto& [fd, c] : registry_.clients())
-    if (c.role == "training" && c.pool_taken_bytes && std::find(gpus.begin(), gpus.end(), c.gpu) == gpus.end())
-      gpus.push_back(c.gpu);
-  for (const std::string& g : gpus) give_back_to_training(g);
+  std::vector<std::string> freed_on = pool_.reap_orphans();
+  if (!freed_on.empty() || !pool_waits_.empty()) serve_pool_waits(now_ns);
+  // An exited process's chunks are free: training may have them back.
+  for (const std::string& g : freed_on) give_back_to_training(g);
 }
 
 uint64_t Server::pool_bytes_of(const std::string& gpu_uuid, uint32_t slot) const {
