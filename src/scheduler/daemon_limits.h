@@ -49,3 +49,18 @@ constexpr uint64_t kMessageTimeoutNs = 2000000000ull;
 constexpr uint64_t kAcceptPauseNs = 100000000ull;
 
 }  // namespace tandem::scheduler::limits
+
+namespace tandem::scheduler {
+
+// The caps a daemon runs with: the constants above, lowered by tests to reach them cheaply.
+struct DaemonLimits {
+  size_t connections = limits::kMaxConnections;
+  size_t connections_per_uid = limits::kMaxConnectionsPerUid;
+  size_t queued_reply_bytes = limits::kMaxQueuedReplyBytes;
+  size_t queued_reply_bytes_total = limits::kMaxQueuedReplyBytesTotal;
+  size_t chunks_per_client = limits::kMaxChunksPerClient;
+  size_t pool_chunks = limits::kMaxPoolChunks;
+  size_t gpus = limits::kMaxGpus;
+};
+
+}  // namespace tandem::scheduler

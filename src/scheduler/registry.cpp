@@ -1,14 +1,12 @@
 #include "registry.h"
 
-#include "daemon_limits.h"
-
 namespace tandem::scheduler {
 
-Registry::Registry() : budget_{0, limits::kMaxQueuedReplyBytesTotal} {}
+Registry::Registry(size_t reply_cap, size_t reply_total) : budget_{0, reply_total}, reply_cap_(reply_cap) {}
 
 Client& Registry::add(int fd, pid_t pid, uid_t uid, uint64_t now_ns) {
   ClientId id = next_id_++;
-  Client& c = clients_.try_emplace(id, limits::kMaxQueuedReplyBytes, &budget_).first->second;
+  Client& c = clients_.try_emplace(id, reply_cap_, &budget_).first->second;
   c.id = id;
   c.fd = fd;
   c.pid = pid;

@@ -31,7 +31,7 @@ struct Client {
   FrameReader in;  // bytes received, cut into messages
   ReplyQueue out;  // replies not yet written
   std::deque<int> passed_fds;  // descriptors received (SCM_RIGHTS), taken by pool_register in order
-  size_t chunks_registered = 0;  // pool chunks this connection registered (limits::kMaxChunksPerClient)
+  size_t chunks_registered = 0;  // pool chunks this connection registered (DaemonLimits::chunks_per_client)
   int pidfd = -1;              // the process, to see it exit after its connection closed (memory pool)
   uint64_t pool_taken_bytes = 0;   // training: quota taken for inference by the memory policy
   uint64_t quota_before_pool = 0;  // training: its assigned quota before the policy lowered it
@@ -39,7 +39,8 @@ struct Client {
 
 class Registry {
  public:
-  Registry();
+  // Replies queued: at most `reply_cap` bytes per client, `reply_total` for all.
+  Registry(size_t reply_cap, size_t reply_total);
   Client& add(int fd, pid_t pid, uid_t uid, uint64_t now_ns);
   void remove(ClientId id);
   Client* find(ClientId id);
@@ -56,6 +57,7 @@ class Registry {
   ReplyBudget budget_;  // before clients_: their queues give their bytes back to it
   std::map<ClientId, Client> clients_;  // by id: in connection order
   std::map<uid_t, size_t> per_uid_;
+  size_t reply_cap_;
   ClientId next_id_ = 1;
 };
 

@@ -45,7 +45,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
     return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
   GpuScheduler* g = gpu_for_hello(uuid);
-  if (!g) return reply_error(client, ENOSPC, "tandemd tracks " + std::to_string(limits::kMaxGpus) + " GPUs, all in use");
+  if (!g) return reply_error(client, ENOSPC, "tandemd tracks " + std::to_string(options_.limits.gpus) + " GPUs, all in use");
   uint32_t code = role == "training" ? TANDEM_ROLE_TRAINING
                   : role == "inference" ? TANDEM_ROLE_INFERENCE : TANDEM_ROLE_BATCH_INFERENCE;
   int slot = g && g->segment().ok() ? g->segment().claim(client.pid, code) : -1;
@@ -113,7 +113,7 @@ GpuScheduler* Server::gpu(const std::string& uuid) {
 
 GpuScheduler* Server::gpu_for_hello(const std::string& uuid) {
   if (GpuScheduler* g = gpu(uuid)) return g;
-  if (gpus_.size() >= limits::kMaxGpus) {
+  if (gpus_.size() >= options_.limits.gpus) {
     // Made-up UUIDs must not pin the table: a GPU no client refers to gives up its place
     // (and its pool chunks, which no process on it is left to use).
     auto idle = std::find_if(gpus_.begin(), gpus_.end(), [&](const auto& e) { return !registry_.clients_on(e.first); });

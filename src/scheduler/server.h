@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon_limits.h"
 #include "protocol.h"
 #include "gpu_scheduler.h"
 #include "memory_pool.h"
@@ -24,6 +25,7 @@ struct ServerOptions {
   std::string socket_path;
   std::string policy = "fill";
   SchedulerParams scheduler;
+  DaemonLimits limits;
 };
 
 class Server {
@@ -86,7 +88,7 @@ class Server {
   uint64_t pool_bytes_of(const std::string& gpu, uint32_t slot) const;
   // The GPU's state; null when there is none.
   GpuScheduler* gpu(const std::string& uuid);
-  // The GPU's state, created if needed (within limits::kMaxGpus); null when at the cap.
+  // The GPU's state, created if needed (within the GPU cap); null when at the cap.
   GpuScheduler* gpu_for_hello(const std::string& uuid);
   // Frees a GPU's state once no client refers to it and no pool chunk is on it.
   void release_gpu_if_unused(const std::string& uuid);

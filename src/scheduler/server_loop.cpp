@@ -46,7 +46,9 @@ int open_reserve_fd() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 }  // namespace
 
-Server::Server(ServerOptions options) : options_(std::move(options)) {}
+Server::Server(ServerOptions options)
+    : options_(std::move(options)),
+      registry_(options_.limits.queued_reply_bytes, options_.limits.queued_reply_bytes_total) {}
 
 Server::~Server() {
   for (const auto& [id, client] : registry_.clients()) close(client.fd);
@@ -168,13 +170,14 @@ void Server::accept_clients() {
       close(fd);
       continue;
     }
-    bool too_many = registry_.size() >= limits::kMaxConnections ||
-                    (cred.uid != 0 && registry_.connections_of(cred.uid) >= limits::kMaxConnectionsPerUid);
+    const DaemonLimits& cap = options_.limits;
+    bool too_many = registry_.size() >= cap.connections ||
+                    (cred.uid != 0 && registry_.connections_of(cred.uid) >= cap.connections_per_uid);
     if (too_many) {
       if (!cap_refusal_logged_)
         TANDEM_LOG_WARN("connection of pid {} uid {} refused: {} clients connected ({} of its uid); caps {} and {} per uid",
                         cred.pid, cred.uid, registry_.size(), registry_.connections_of(cred.uid),
-                        limits::kMaxConnections, limits::kMaxConnectionsPerUid);
+                        cap.connections, cap.connections_per_uid);
       cap_refusal_logged_ = true;
       // A fresh socket's buffer takes the short error: the client learns why.
       send_message(fd, MessageType::error, error_payload(EUSERS, "too many connections to tandemd"));

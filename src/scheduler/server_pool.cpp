@@ -46,11 +46,11 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
     if (fd >= 0) close(fd);
     return reply_error(client, EINVAL, "pool_register needs {\"bytes\": int} and the chunk's descriptor");
   }
-  if (client.chunks_registered >= limits::kMaxChunksPerClient || pool_.size() >= limits::kMaxPoolChunks) {
+  if (client.chunks_registered >= options_.limits.chunks_per_client || pool_.size() >= options_.limits.pool_chunks) {
     close(fd);
     return reply_error(client, ENOSPC, "the pool holds as many chunks as tandemd keeps (" +
-                                           std::to_string(limits::kMaxChunksPerClient) + " per connection, " +
-                                           std::to_string(limits::kMaxPoolChunks) + " in all)");
+                                           std::to_string(options_.limits.chunks_per_client) + " per connection, " +
+                                           std::to_string(options_.limits.pool_chunks) + " in all)");
   }
   ++client.chunks_registered;
   uint64_t id = pool_.add(fd, bytes, client.gpu, client.id);
