@@ -100,6 +100,7 @@ class Server {
   SocketPathOwner socket_owner_;
   int reserve_fd_ = -1;          // an fd kept spare, closed to shed a connection at EMFILE
   uint64_t accept_paused_until_ = 0;
+  uint64_t tick_due_ns_ = 0;     // this turn's dispatch stops when the tick is due
   bool fd_exhaustion_logged_ = false;
   bool cap_refusal_logged_ = false;
   int wake_pipe_[2] = {-1, -1};

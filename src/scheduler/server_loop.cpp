@@ -137,6 +137,7 @@ void Server::run() {
     }
     if (n < 0) continue;
     if (fds[0].revents & POLLIN) accept_clients();
+    tick_due_ns_ = next_tick;
     const size_t count = ids.size();
     size_t served = 0;
     for (; served < count; ++served) {
@@ -321,6 +322,7 @@ void Server::handle_messages(Client& client) {
   MessageHeader header{};
   std::string payload;
   for (size_t handled = 0; handled < limits::kMaxMessagesPerTurn && !client.closing; ++handled) {
+    if (handled && monotonic_ns() >= tick_due_ns_) return;  // the rest after the tick
     switch (client.in.next(header, payload)) {
       case FrameReader::Next::need_more: return;
       case FrameReader::Next::too_large:

@@ -76,6 +76,9 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   uint64_t seq = j.is_object() ? j.value("seq", uint64_t{0}) : 0;
   if (client.slot < 0) return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
   if (!bytes || !chunk) return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
+  // One waiting acquisition per client: each costs a look at the pool every tick.
+  if (std::any_of(pool_waits_.begin(), pool_waits_.end(), [&](const PoolWait& w) { return w.client == client.id; }))
+    return reply_error(client, EBUSY, "an acquisition of this client is already waiting");
   uint32_t wanted = static_cast<uint32_t>(std::min<uint64_t>((bytes + chunk - 1) / chunk, 1u << 20));
   auto given = pool_.take(client.gpu, chunk, wanted, client.id);
   if (!send_chunks(client, given, seq)) return false;

@@ -155,6 +155,8 @@ def case_release_race(env):
         # Two chunks wanted, none free: the daemon lowers training's quota and the acquisition waits.
         inference.sendall(frame(POOL_ACQUIRE, {"bytes": 2 * chunk, "chunk_bytes": chunk, "wait_ms": 10000, "seq": 7}))
         time.sleep(0.5)
+        kind, reply, _ = ask(inference, POOL_ACQUIRE, {"bytes": chunk, "chunk_bytes": chunk, "seq": 9})
+        check(kind == ERROR and reply["errno"] == 16, f"a second acquisition while one waits is refused ({reply})")
         # Replies it never reads fill its socket; then it gives back its own chunk, which the
         # waiting acquisition takes at once: handing it over fails, and the daemon drops the
         # very client whose release it is still handling.
