@@ -22,6 +22,7 @@ FrameReader::Next FrameReader::next(MessageHeader& header, std::string& payload)
   if (buffer_.size() < whole) return Next::need_more;
   payload.assign(buffer_, sizeof header, header.length);
   buffer_.erase(0, whole);
+  if (buffer_.empty() && buffer_.capacity() > 64 * 1024) buffer_.shrink_to_fit();  // idle clients hold little
   since_ns_ = last_append_ns_;  // what is left arrived with the last bytes, at the latest
   return Next::message;
 }
