@@ -1,5 +1,6 @@
 // tandemd: the node daemon. Usage in `tandemd --help`.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -34,6 +35,17 @@ void on_signal(int) {
 [[noreturn]] void fail(const std::string& message) {
   std::fprintf(stderr, "tandemd: %s\n%s", message.c_str(), kUsage);
   std::exit(2);
+}
+
+// Pool chunks are descriptors the daemon keeps (up to the caps in daemon_limits.h): use the
+// whole hard limit, not the soft 1024 a shell starts with. At the limit the daemon sheds new
+// connections rather than failing worse.
+void raise_fd_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
 }
 
 bool valid_policy(const std::string& p) { return p == "fill" || p == "slo"; }
@@ -102,6 +114,7 @@ int main(int argc, char** argv) {
   if (level_of(log) < 0) fail("unknown log level '" + log + "'");
   tandem::set_log_level(static_cast<tandem::LogLevel>(level_of(log)));
 
+  raise_fd_limit();
   tandem::scheduler::Server server(options);
   std::string error;
   if (!server.open(error)) {

@@ -1,6 +1,7 @@
 #include "memory_pool.h"
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,26 +10,29 @@ namespace tandem::scheduler {
 
 namespace {
 // Free to hand out: no owner, and not an exited-or-not orphan's.
-bool is_free(const PoolChunk& c) { return c.owner == -1 && c.orphan_pidfd < 0; }
+bool is_free(const PoolChunk& c) { return c.owner == 0 && c.orphan_pidfd < 0; }
+
+bool exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return poll(&p, 1, 0) != 0;  // readable (or an error): the process exited
+}
 }  // namespace
 
+MemoryPool::MemoryPool() { epoll_fd_ = epoll_create1(EPOLL_CLOEXEC); }
+
 MemoryPool::~MemoryPool() {
-  std::vector<int> pidfds;  // shared by an orphan's chunks: closed once
-  for (auto& [id, c] : chunks_) {
-    close(c.fd);
-    if (c.orphan_pidfd >= 0 && std::find(pidfds.begin(), pidfds.end(), c.orphan_pidfd) == pidfds.end())
-      pidfds.push_back(c.orphan_pidfd);
-  }
-  for (int fd : pidfds) close(fd);
+  for (auto& [id, c] : chunks_) close(c.fd);
+  for (auto& [pidfd, ids] : orphans_) close(pidfd);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
-uint64_t MemoryPool::add(int fd, uint64_t bytes, const std::string& gpu, int owner) {
+uint64_t MemoryPool::add(int fd, uint64_t bytes, const std::string& gpu, uint64_t owner) {
   uint64_t id = next_id_++;
   chunks_[id] = PoolChunk{id, fd, bytes, gpu, owner, -1};
   return id;
 }
 
-std::vector<const PoolChunk*> MemoryPool::take(const std::string& gpu, uint64_t bytes, uint32_t count, int owner) {
+std::vector<const PoolChunk*> MemoryPool::take(const std::string& gpu, uint64_t bytes, uint32_t count, uint64_t owner) {
   std::vector<const PoolChunk*> out;
   for (auto& [id, c] : chunks_) {
     if (out.size() >= count) break;
@@ -39,59 +43,106 @@ std::vector<const PoolChunk*> MemoryPool::take(const std::string& gpu, uint64_t 
   return out;
 }
 
-uint32_t MemoryPool::release(int owner, const std::vector<uint64_t>& ids) {
+uint32_t MemoryPool::release(uint64_t owner, const std::vector<uint64_t>& ids) {
   uint32_t n = 0;
   for (uint64_t id : ids) {
     auto it = chunks_.find(id);
-    if (it == chunks_.end() || it->second.owner != owner || owner < 0) continue;
-    it->second.owner = -1;
+    if (it == chunks_.end() || it->second.owner != owner || owner == 0) continue;
+    it->second.owner = 0;
     ++n;
   }
   return n;
 }
 
-void MemoryPool::disconnect(int owner, int pidfd) {
-  bool orphaned = false;
+void MemoryPool::disconnect(uint64_t owner, int pidfd) {
+  std::vector<uint64_t> ids;
   for (auto& [id, c] : chunks_) {
-    if (c.owner != owner) continue;
-    c.owner = -1;
+    if (c.owner != owner || owner == 0) continue;
+    c.owner = 0;
     if (pidfd >= 0) {
       c.orphan_pidfd = pidfd;
-      orphaned = true;
+      ids.push_back(id);
     }
   }
-  if (pidfd >= 0 && !orphaned) close(pidfd);
-  reap_orphans();
+  if (pidfd < 0) return;
+  if (ids.empty()) {
+    close(pidfd);
+    return;
+  }
+  orphans_[pidfd] = std::move(ids);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = pidfd;
+  if (epoll_fd_ < 0 || epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pidfd, &ev) != 0) unwatched_.push_back(pidfd);
+  reap_orphans();  // a crashed process is gone already
+}
+
+void MemoryPool::free_orphan(int pidfd, std::vector<std::string>& gpus) {
+  auto it = orphans_.find(pidfd);
+  if (it == orphans_.end()) return;
+  for (uint64_t id : it->second) {
+    auto c = chunks_.find(id);
+    if (c == chunks_.end() || c->second.orphan_pidfd != pidfd) continue;
+    c->second.orphan_pidfd = -1;
+    if (std::find(gpus.begin(), gpus.end(), c->second.gpu) == gpus.end()) gpus.push_back(c->second.gpu);
+  }
+  orphans_.erase(it);
+  std::erase(unwatched_, pidfd);
+  if (epoll_fd_ >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pidfd, nullptr);
+  close(pidfd);
 }
 
 std::vector<std::string> MemoryPool::reap_orphans() {
   std::vector<std::string> gpus;
-  std::vector<int> exited;
-  for (auto& [id, c] : chunks_) {
-    if (c.orphan_pidfd < 0) continue;
-    bool gone = std::find(exited.begin(), exited.end(), c.orphan_pidfd) != exited.end();
-    if (!gone) {
-      pollfd p{c.orphan_pidfd, POLLIN, 0};
-      gone = poll(&p, 1, 0) != 0;  // readable (or an error): the process exited
-      if (gone) exited.push_back(c.orphan_pidfd);
-    }
-    if (gone) {
-      c.orphan_pidfd = -1;
-      if (std::find(gpus.begin(), gpus.end(), c.gpu) == gpus.end()) gpus.push_back(c.gpu);
+  if (orphans_.empty()) return gpus;
+  std::vector<int> gone;
+  if (epoll_fd_ >= 0) {
+    epoll_event events[64];
+    for (int n = 64; n == 64;) {
+      n = epoll_wait(epoll_fd_, events, 64, 0);
+      for (int i = 0; i < n; ++i) gone.push_back(events[i].data.fd);
+      if (n == 64) {  // more may be ready: free these first, or the same 64 come back
+        for (int fd : gone) free_orphan(fd, gpus);
+        gone.clear();
+      }
     }
   }
-  for (int fd : exited) close(fd);
+  for (int fd : unwatched_)
+    if (exited(fd)) gone.push_back(fd);
+  for (int fd : gone) free_orphan(fd, gpus);
   return gpus;
 }
 
-uint64_t MemoryPool::held_by(int owner) const {
+void MemoryPool::forget_gpu(const std::string& gpu) {
+  std::vector<int> pidfds;
+  for (auto it = chunks_.begin(); it != chunks_.end();) {
+    if (it->second.gpu != gpu) {
+      ++it;
+      continue;
+    }
+    if (it->second.orphan_pidfd >= 0) pidfds.push_back(it->second.orphan_pidfd);
+    close(it->second.fd);
+    it = chunks_.erase(it);
+  }
+  // An orphan's chunks are all on its one GPU: its pidfd goes with them.
+  std::vector<std::string> ignored;
+  for (int fd : pidfds) free_orphan(fd, ignored);
+}
+
+bool MemoryPool::has_chunks_on(const std::string& gpu) const {
+  for (const auto& [id, c] : chunks_)
+    if (c.gpu == gpu) return true;
+  return false;
+}
+
+uint64_t MemoryPool::held_by(uint64_t owner) const {
   uint64_t bytes = 0;
   for (const auto& [id, c] : chunks_)
     if (c.owner == owner) bytes += c.bytes;
   return bytes;
 }
 
-size_t MemoryPool::chunks_owned(int owner) const {
+size_t MemoryPool::chunks_owned(uint64_t owner) const {
   size_t n = 0;
   for (const auto& [id, c] : chunks_) n += c.owner == owner;
   return n;

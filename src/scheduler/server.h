@@ -1,6 +1,9 @@
 // tandemd's socket server: a single-threaded poll loop over the listening UNIX socket and
 // its clients, one handler per message type. Malformed input gets an error reply or a
-// disconnect; the daemon keeps serving everyone else.
+// disconnect; the daemon keeps serving everyone else. A hostile local client can neither
+// stall the loop (bounded work per client per turn, the tick first), nor exhaust it (the
+// caps in daemon_limits.h), nor crash it: handlers only mark a client closing, and the loop alone
+// destroys clients, after the turn's handlers ran (server_loop.cpp).
 #pragma once
 #include <atomic>
 #include <map>
@@ -9,10 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "daemon_limits.h"
 #include "protocol.h"
 #include "gpu_scheduler.h"
 #include "memory_pool.h"
 #include "registry.h"
+#include "socket_path.h"
 
 namespace tandem::scheduler {
 
@@ -20,6 +25,7 @@ struct ServerOptions {
   std::string socket_path;
   std::string policy = "fill";
   SchedulerParams scheduler;
+  DaemonLimits limits;
 };
 
 class Server {
@@ -27,8 +33,9 @@ class Server {
   explicit Server(ServerOptions options);
   ~Server();
 
-  // Binds the socket. Fails (with `error`) when another live daemon answers on it; a stale
-  // socket file is replaced.
+  // Binds the socket. Fails (with `error`) when another live daemon answers on it, or when
+  // the path is something other than a socket; a stale socket is replaced. At exit the path
+  // is removed only if it is still the socket this daemon created.
   bool open(std::string& error);
   // Serves until stop() (thread- and signal-safe) is called.
   void run();
@@ -38,16 +45,31 @@ class Server {
   // Runs one scheduling period now (tests and benchmarks drive the loop by hand).
   void tick_for_test(uint64_t now_ns) { tick_all(now_ns); }
   GpuScheduler* gpu_for_test(const std::string& uuid) { return gpu(uuid); }
+  // What the daemon holds now (tests and tandemctl status).
+  struct Holdings {
+    size_t clients = 0, gpus = 0, pool_chunks = 0, passed_fds = 0, orphan_processes = 0, reply_bytes = 0;
+  };
+  Holdings holdings() const;
 
  private:
-  void accept_client();
-  // Reads what the client sent and handles each whole message. False: disconnect it.
-  bool receive(Client& client);
+  // The loop (server_loop.cpp).
+  void accept_clients();
+  // accept() failed with EMFILE/ENFILE: shed the pending connection with the reserve fd.
+  void shed_connection(uint64_t now_ns);
+  // One client's turn: writes queued replies, reads (bounded), handles up to a few messages.
+  void serve(Client& client, short revents);
+  // Reads what the socket has, within the turn's byte budget. False: the peer is gone.
+  bool read_input(Client& client);
+  void handle_messages(Client& client);
   bool handle(Client& client, const MessageHeader& header, const std::string& payload);
-  // Queue a reply and write what the socket takes now. False: disconnect the client.
+  // Queue a reply and write what the socket takes now. False (and the client marked
+  // closing): the client does not read its replies, or is gone.
   bool reply(Client& client, MessageType type, const std::string& payload);
   bool reply_error(Client& client, int error_number, const std::string& message);
+  // Handlers call this, never disconnect(): the loop reaps after the turn.
+  static bool close_later(Client& client);
   void drop_stalled_clients(uint64_t now_ns);
+  void reap_closing();
   bool handle_hello(Client& client, const std::string& payload);
   bool handle_trace(Client& client, const std::string& payload);
   bool handle_quota(Client& client, const std::string& payload);
@@ -64,19 +86,30 @@ class Server {
   void pool_tick(uint64_t now_ns);
   nlohmann::json pool_status(const std::string& gpu) const;
   uint64_t pool_bytes_of(const std::string& gpu, uint32_t slot) const;
+  // The GPU's state; null when there is none.
   GpuScheduler* gpu(const std::string& uuid);
+  // The GPU's state, created if needed (within the GPU cap); null when at the cap.
+  GpuScheduler* gpu_for_hello(const std::string& uuid);
+  // Frees a GPU's state once no client refers to it and no pool chunk is on it.
+  void release_gpu_if_unused(const std::string& uuid);
   void tick_all(uint64_t now_ns);
-  void disconnect(int fd);
+  void disconnect(ClientId id);
 
   ServerOptions options_;
   int listen_fd_ = -1;
+  SocketPathOwner socket_owner_;
+  int reserve_fd_ = -1;          // an fd kept spare, closed to shed a connection at EMFILE
+  uint64_t accept_paused_until_ = 0;
+  uint64_t tick_due_ns_ = 0;     // this turn's dispatch stops when the tick is due
+  bool fd_exhaustion_logged_ = false;
+  bool cap_refusal_logged_ = false;
   int wake_pipe_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   Registry registry_;
   std::map<std::string, std::unique_ptr<GpuScheduler>> gpus_;  // by GPU UUID
   MemoryPool pool_;
   struct PoolWait {  // an inference process's acquisition waiting for training to release
-    int client;
+    ClientId client;
     uint64_t seq, chunk_bytes;
     uint32_t wanted, given;
     uint64_t started_ns, deadline_ns;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "daemon_limits.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -45,7 +46,14 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
     if (fd >= 0) close(fd);
     return reply_error(client, EINVAL, "pool_register needs {\"bytes\": int} and the chunk's descriptor");
   }
-  uint64_t id = pool_.add(fd, bytes, client.gpu, client.fd);
+  if (client.chunks_registered >= options_.limits.chunks_per_client || pool_.size() >= options_.limits.pool_chunks) {
+    close(fd);
+    return reply_error(client, ENOSPC, "the pool holds as many chunks as tandemd keeps (" +
+                                           std::to_string(options_.limits.chunks_per_client) + " per connection, " +
+                                           std::to_string(options_.limits.pool_chunks) + " in all)");
+  }
+  ++client.chunks_registered;
+  uint64_t id = pool_.add(fd, bytes, client.gpu, client.id);
   TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, bytes);
   return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump());
 }
@@ -68,8 +76,11 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   uint64_t seq = j.is_object() ? j.value("seq", uint64_t{0}) : 0;
   if (client.slot < 0) return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
   if (!bytes || !chunk) return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
+  // One waiting acquisition per client: each costs a look at the pool every tick.
+  if (std::any_of(pool_waits_.begin(), pool_waits_.end(), [&](const PoolWait& w) { return w.client == client.id; }))
+    return reply_error(client, EBUSY, "an acquisition of this client is already waiting");
   uint32_t wanted = static_cast<uint32_t>(std::min<uint64_t>((bytes + chunk - 1) / chunk, 1u << 20));
-  auto given = pool_.take(client.gpu, chunk, wanted, client.fd);
+  auto given = pool_.take(client.gpu, chunk, wanted, client.id);
   if (!send_chunks(client, given, seq)) return false;
   uint32_t n = static_cast<uint32_t>(given.size());
   // A short answer counts when online inference did not get what it asked for; the others
@@ -86,9 +97,9 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   // from the GPU's free memory.
   if (client.role != "inference") return granted(n, "no free chunks in the pool");
   std::vector<TrainingHolder> trainings;
-  for (const auto& [fd, c] : registry_.clients())
-    if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0)
-      trainings.push_back({fd, pool_.held_by(fd), gpu(c.gpu)->segment().shm()->slots[c.slot].assigned_quota_bytes});
+  for (const auto& [id, c] : registry_.clients())
+    if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0 && !c.closing)
+      trainings.push_back({id, pool_.held_by(id), gpu(c.gpu)->segment().shm()->slots[c.slot].assigned_quota_bytes});
   ReclaimPlan plan = plan_reclaim((wanted - n) * chunk, watermark(), chunk, trainings);
   for (const QuotaCut& cut : plan.cuts) {
     Client* t = registry_.find(cut.client);
@@ -106,7 +117,7 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   uint64_t now = monotonic_ns();
   uint64_t wait_ms = std::min<uint64_t>(j.value("wait_ms", uint64_t{1000}),
                                         static_cast<uint64_t>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS)));
-  pool_waits_.push_back(PoolWait{client.fd, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull});
+  pool_waits_.push_back(PoolWait{client.id, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull});
   return true;
 }
 
@@ -114,9 +125,11 @@ bool Server::handle_pool_release(Client& client, const std::string& payload) {
   nlohmann::json j = parse_object(payload);
   if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array())
     return reply_error(client, EINVAL, "pool_release needs {\"ids\": [int]}");
-  uint32_t n = pool_.release(client.fd, j["ids"].get<std::vector<uint64_t>>());
+  uint32_t n = pool_.release(client.id, j["ids"].get<std::vector<uint64_t>>());
   if (!reply(client, MessageType::pool_released, nlohmann::json{{"released", n}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump()))
     return false;
+  // May mark other clients closing (the loop reaps them after this turn), never destroys one:
+  // `client` stays valid here.
   serve_pool_waits(monotonic_ns());
   if (client.role != "training") give_back_to_training(client.gpu);
   return true;
@@ -126,12 +139,14 @@ void Server::serve_pool_waits(uint64_t now_ns) {
   for (size_t i = 0; i < pool_waits_.size();) {
     PoolWait& w = pool_waits_[i];
     Client* c = registry_.find(w.client);
-    bool finished = !c;
-    if (c) {
-      auto given = pool_.take(c->gpu, w.chunk_bytes, w.wanted - w.given, c->fd);
+    bool finished = !c || c->closing;
+    if (!finished) {
+      auto given = pool_.take(c->gpu, w.chunk_bytes, w.wanted - w.given, c->id);
       if (!send_chunks(*c, given, w.seq)) {
-        disconnect(w.client);  // erases its waits: start over
-        i = 0;
+        // Gone or not reading: the loop disconnects it after this turn, which frees the
+        // chunks just taken along with the rest of what it held.
+        close_later(*c);
+        pool_waits_.erase(pool_waits_.begin() + static_cast<long>(i));
         continue;
       }
       w.given += static_cast<uint32_t>(given.size());
@@ -169,10 +184,7 @@ void Server::give_back_to_training(const std::string& gpu_uuid) {
   if (!pool_waits_.empty()) return;  // inference is still waiting for memory
   uint64_t chunk = pool_chunk_bytes();
   uint64_t free_bytes = pool_.free_bytes(gpu_uuid, chunk);
-  std::vector<int> fds;
-  for (const auto& [fd, c] : registry_.clients()) fds.push_back(fd);
-  for (int fd : fds) {
-    Client& t = *registry_.find(fd);
+  for (auto& [id, t] : registry_.clients()) {
     if (t.role != "training" || t.gpu != gpu_uuid || !t.pool_taken_bytes || t.slot < 0) continue;
     uint64_t give = give_back_bytes(free_bytes, watermark(), chunk, t.pool_taken_bytes);
     if (!give) break;
@@ -197,8 +209,8 @@ void Server::pool_tick(uint64_t now_ns) {
 }
 
 uint64_t Server::pool_bytes_of(const std::string& gpu_uuid, uint32_t slot) const {
-  for (const auto& [fd, c] : registry_.clients())
-    if (c.gpu == gpu_uuid && c.slot == static_cast<int>(slot)) return pool_.held_by(fd);
+  for (const auto& [id, c] : registry_.clients())
+    if (c.gpu == gpu_uuid && c.slot == static_cast<int>(slot)) return pool_.held_by(id);
   return 0;
 }
 

@@ -56,7 +56,8 @@ TEST_CASE("FrameReader: an oversized length is refused from the header alone; pa
 TEST_CASE("ReplyQueue: writes what the socket takes, keeps the rest, refuses to grow without bound") {
   int sv[2];
   REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-  ReplyQueue q;
+  ReplyBudget budget{0, 0};
+  ReplyQueue q(4 * 1024 * 1024, &budget);
   CHECK(q.empty());
   std::string big(32 * 1024, 'x');
   for (int i = 0; i < 64; ++i) REQUIRE(q.push(MessageType::status_reply, big));  // 2 MiB
@@ -73,11 +74,27 @@ TEST_CASE("ReplyQueue: writes what the socket takes, keeps the rest, refuses to 
   }
   for (ssize_t n; (n = recv(sv[1], buffer, sizeof buffer, MSG_DONTWAIT)) > 0;) received += static_cast<size_t>(n);
   CHECK(received == 64 * (sizeof(MessageHeader) + big.size()));
-  std::string huge(ReplyQueue::kMaxQueued / 2, 'y');
-  CHECK(q.push(MessageType::trace_reply, huge));
-  CHECK_FALSE(q.push(MessageType::trace_reply, huge));  // with the headers, past kMaxQueued
+  CHECK(budget.queued == 0);  // what was written left the shared count
+  std::string half(2 * 1024 * 1024, 'y');
+  CHECK(q.push(MessageType::trace_reply, half));
+  CHECK_FALSE(q.push(MessageType::trace_reply, half));  // with the headers, past the 4 MiB cap
   CHECK(q.push(MessageType::trace_reply, "small"));
+  CHECK(budget.queued == q.queued());
   close(sv[1]);
   CHECK_FALSE(q.flush(sv[0]));  // the peer is gone
   close(sv[0]);
+}
+
+TEST_CASE("ReplyQueue: one large reply may be queued alone; the shared budget caps all queues") {
+  ReplyBudget budget{0, 3 * 1024 * 1024};
+  std::string trace(2 * 1024 * 1024, 't');
+  {
+    ReplyQueue a(1024 * 1024, &budget), b(1024 * 1024, &budget);
+    CHECK(a.push(MessageType::trace_reply, trace));  // larger than its cap, but alone
+    CHECK_FALSE(a.push(MessageType::status_reply, "{}"));  // nothing more behind it
+    CHECK_FALSE(b.push(MessageType::trace_reply, trace));  // 4 MiB in all: past the budget
+    CHECK(b.push(MessageType::status_reply, std::string(512 * 1024, 's')));
+    CHECK(budget.queued == a.queued() + b.queued());
+  }
+  CHECK(budget.queued == 0);  // a dropped client's queue is given back
 }

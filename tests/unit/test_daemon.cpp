@@ -1,6 +1,9 @@
 // The daemon's server in-process, over a real UNIX socket.
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -34,11 +37,18 @@ nlohmann::json ask(int fd, MessageType type, const std::string& payload, uint32_
   return nlohmann::json::parse(reply);
 }
 
+scheduler::ServerOptions options_with(const std::string& path, const scheduler::DaemonLimits& limits) {
+  scheduler::ServerOptions o{path, "fill"};
+  o.limits = limits;
+  return o;
+}
+
 struct RunningServer {
   std::string path;
   scheduler::Server server;
   std::thread thread;
-  explicit RunningServer(const std::string& p) : path(p), server(scheduler::ServerOptions{p, "fill"}) {
+  explicit RunningServer(const std::string& p, const scheduler::DaemonLimits& limits = {})
+      : path(p), server(options_with(p, limits)) {
     std::string error;
     REQUIRE(server.open(error));
     thread = std::thread([this] { server.run(); });
@@ -174,4 +184,172 @@ TEST_CASE("daemon: a refused hello can be corrected on the same connection") {
   ask(a, MessageType::hello, nlohmann::json{{"pid", getpid()}, {"role", "none"}}.dump(), &type);
   CHECK(type == static_cast<uint32_t>(MessageType::hello_ok));
   close(a);
+}
+
+namespace {
+
+// The daemon's answer to a connection: the status (accepted) or an error's errno (refused).
+int answer_errno(int fd) {
+  if (!send_message(fd, MessageType::status_request, "{}")) return -1;
+  MessageHeader h{};
+  std::string reply;
+  if (recv_message(fd, h, reply, 2000) != RecvStatus::ok) return -1;
+  return h.type == static_cast<uint32_t>(MessageType::error) ? nlohmann::json::parse(reply)["errno"].get<int>() : 0;
+}
+
+// The errno of the error a refused connection is sent before it is closed (-1: none).
+int refusal_errno(int fd) {
+  MessageHeader h{};
+  std::string reply;
+  if (recv_message(fd, h, reply, 2000) != RecvStatus::ok || h.type != static_cast<uint32_t>(MessageType::error)) return -1;
+  return nlohmann::json::parse(reply)["errno"].get<int>();
+}
+
+nlohmann::json holds(const std::string& path) {
+  int fd = connect_to(path);
+  auto status = ask(fd, MessageType::status_request, "{}");
+  close(fd);
+  return status["daemon"]["holds"];
+}
+
+std::string gpu_hex(int n) {
+  std::string hex = std::to_string(n);
+  return std::string(32 - hex.size(), '0') + hex;
+}
+
+int open_count() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) n += fcntl(fd, F_GETFD) != -1;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("daemon: connections past the caps are refused with EUSERS (per uid: not root)") {
+  std::string path = "/tmp/tandem-unit6-" + std::to_string(getpid()) + ".sock";
+  scheduler::DaemonLimits limits;
+  limits.connections = 4;
+  limits.connections_per_uid = 2;
+  RunningServer rs(path, limits);
+  REQUIRE(chmod(path.c_str(), 0666) == 0);
+  // Another user: two connections, then refused.
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    int a = connect_to(path), b = connect_to(path), c = connect_to(path);
+    int code = answer_errno(a) == 0 && answer_errno(b) == 0 && refusal_errno(c) == EUSERS ? 0 : 11;
+    MessageHeader h{};
+    std::string reply;
+    if (recv_message(c, h, reply, 2000) != RecvStatus::closed) code = 12;
+    _exit(code);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // Root is exempt from the per-uid cap, not from the total.
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {
+    fds.push_back(connect_to(path));
+    CHECK(answer_errno(fds.back()) == 0);
+  }
+  int fifth = connect_to(path);
+  CHECK(refusal_errno(fifth) == EUSERS);
+  close(fifth);
+  // A freed place is taken by the next one.
+  close(fds.back());
+  fds.pop_back();
+  int again = -1, code = -1;
+  for (int i = 0; i < 50 && code != 0; ++i) {
+    if (again >= 0) close(again);
+    usleep(20000);
+    again = connect_to(path);
+    code = answer_errno(again);
+  }
+  CHECK(code == 0);
+  close(again);
+  for (int fd : fds) close(fd);
+}
+
+TEST_CASE("daemon: pool chunks past the caps are refused and their descriptors closed") {
+  std::string path = "/tmp/tandem-unit7-" + std::to_string(getpid()) + ".sock";
+  scheduler::DaemonLimits limits;
+  limits.chunks_per_client = 3;
+  limits.pool_chunks = 4;
+  RunningServer rs(path, limits);
+  auto registered = [&](int fd) {
+    int chunk = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int before = open_count();
+    REQUIRE(send_message_with_fd(fd, MessageType::pool_register, R"({"bytes": 4096})", chunk));
+    MessageHeader h{};
+    std::string reply;
+    REQUIRE(recv_message(fd, h, reply, 2000) == RecvStatus::ok);
+    close(chunk);
+    bool kept = open_count() == before;  // the daemon's copy is still open
+    return std::pair{h.type == static_cast<uint32_t>(MessageType::pool_registered), kept};
+  };
+  int a = connect_to(path), b = connect_to(path);
+  for (int fd : {a, b})
+    ask(fd, MessageType::hello, nlohmann::json{{"pid", getpid()}, {"role", "training"}, {"gpu", gpu_hex(1)}}.dump());
+  for (int i = 0; i < 3; ++i) CHECK(registered(a) == std::pair{true, true});
+  CHECK(registered(a) == std::pair{false, false});  // a fourth from one connection
+  CHECK(registered(b) == std::pair{true, true});
+  CHECK(registered(b) == std::pair{false, false});  // a fifth in all
+  CHECK(holds(path)["pool_chunks"] == 4);
+  close(a);
+  close(b);
+}
+
+TEST_CASE("daemon: GPU state is freed with its last client; made-up GPUs past the cap are refused") {
+  std::string path = "/tmp/tandem-unit8-" + std::to_string(getpid()) + ".sock";
+  scheduler::DaemonLimits limits;
+  limits.gpus = 2;
+  RunningServer rs(path, limits);
+  auto hello_on = [&](int fd, int gpu) {
+    uint32_t type = 0;
+    auto reply = ask(fd, MessageType::hello,
+                     nlohmann::json{{"pid", getpid()}, {"role", "batch-inference"}, {"gpu", gpu_hex(gpu)}}.dump(), &type);
+    return type == static_cast<uint32_t>(MessageType::hello_ok) ? 0 : reply["errno"].get<int>();
+  };
+  int a = connect_to(path), b = connect_to(path), c = connect_to(path);
+  CHECK(hello_on(a, 1) == 0);
+  CHECK(hello_on(b, 2) == 0);
+  CHECK(hello_on(c, 3) == ENOSPC);
+  CHECK(holds(path)["gpus"] == 2);
+  close(a);  // GPU 1 has no client left: its state goes
+  nlohmann::json h;
+  for (int i = 0; i < 50; ++i) {
+    h = holds(path);
+    if (h["gpus"] == 1) break;
+    usleep(20000);
+  }
+  CHECK(h["gpus"] == 1);
+  CHECK(hello_on(c, 3) == 0);
+  // A GPU kept only by a pool chunk gives its place (and the chunk) to a GPU with a client.
+  int d = connect_to(path);
+  CHECK(hello_on(d, 4) == ENOSPC);
+  close(b);
+  int e = -1;
+  for (int i = 0; i < 50; ++i) {
+    if (holds(path)["gpus"] == 1) break;
+    usleep(20000);
+  }
+  e = connect_to(path);
+  CHECK(hello_on(e, 5) == 0);
+  int chunk = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(send_message_with_fd(e, MessageType::pool_register, R"({"bytes": 4096})", chunk));
+  close(chunk);
+  MessageHeader header{};
+  std::string reply;
+  REQUIRE(recv_message(e, header, reply, 2000) == RecvStatus::ok);
+  close(e);  // GPU 5 stays: a chunk is on it
+  usleep(100000);
+  CHECK(holds(path)["gpus"] == 2);
+  CHECK(hello_on(d, 4) == 0);  // GPU 5, no client, is forgotten for it
+  h = holds(path);
+  CHECK(h["gpus"] == 2);
+  CHECK(h["pool_chunks"] == 0);
+  close(c);
+  close(d);
 }
