@@ -10,7 +10,8 @@ namespace tandem {
 
 enum class MessageType : uint32_t {
   hello = 1,           // client -> daemon: {"pid": int, "role": str}; the pid must be the peer's
-  hello_ok = 2,        // daemon -> client: {"slot": int, "sample_us": int} + the GPU's shm fd
+  hello_ok = 2,        // daemon -> client: {"slot": int, "sample_us": int} + two fds: the GPU's
+                       //   segment (read-only) and the client's page (include/tandem/shm_abi.h)
   status_request = 3,  // any -> daemon: {}
   status_reply = 4,    // daemon -> client: the status document (docs/daemon.md)
   trace_request = 5,   // any -> daemon: {"since_ns": int} (CLOCK_MONOTONIC; 0: all it kept)

@@ -42,6 +42,7 @@ void after_fork_child() noexcept {
   memory_tracker_reset_in_child();
   memory_quota_after_fork_child();
   progress_after_fork_child();
+  daemon_link_after_fork_child();
   g_used_cuda.store(false);
   g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);
 }
