@@ -149,7 +149,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
     last_phase_ = phase;
     if (phase == GpuPhase::bubble) futex_bump_and_wake(&shm->bubble_seq);  // online requests waiting for one
   }
-  check_admission(shm);
+  check_admission(shm, now_ns);
   if (!training) return;
 
   communicating_ = collectives_pending > 0;
@@ -170,7 +170,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
 
 // Admission checks (SpecInF principles I and II). Principle II: an online filler whose single request takes longer than the longest
 // bubble can never be served inside one. Said once per client, with the figures.
-void GpuScheduler::check_admission(tandem_shm_header* shm) {
+void GpuScheduler::check_admission(tandem_shm_header* shm, uint64_t now_ns) {
   refusals_.clear();
   // Principle I: the colocated processes' peak memory must fit the GPU together.
   // The sum every tick; the message (strings, allocations) only when it does not fit.
@@ -190,7 +190,12 @@ void GpuScheduler::check_admission(tandem_shm_header* shm) {
     std::string why = "summed peak memory " + std::to_string(peaks >> 20) + " MiB (" + who + ") exceeds the GPU's " +
                       std::to_string(shm->gpu_total_bytes >> 20) + " MiB: this colocation will run out of memory";
     refusals_.push_back(why);
-    if (!memory_warned_) TANDEM_LOG_WARN("admission refused: {}", why);
+    // Once each time it starts, and at most every 10 s: a client's peak going up and down
+    // every period (a hostile page may) must not flood the log.
+    if (!memory_warned_ && (!memory_warning_ns_ || now_ns >= memory_warning_ns_ + 10000000000ull)) {
+      TANDEM_LOG_WARN("admission refused: {}", why);
+      memory_warning_ns_ = now_ns;
+    }
     memory_warned_ = true;
   } else {
     memory_warned_ = false;

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "client_view.h"
 #include "gpu_scheduler.h"
@@ -117,11 +118,26 @@ TEST_CASE("shm: a hostile page does not move the daemon's decisions for the othe
   shm->slots[filler].assigned_quota_bytes = 1ull << 30;
   uint64_t t = 1000 * kMs;
   gpu.tick(t += kMs);
-  // Everything the hostile client can reach is its page: fill it with extremes, every period.
+  // Everything the hostile client can reach is its page: fill it with extremes, every period
+  // (its peak memory flipping between none and everything). The log says so a few times, not
+  // at every period.
+  int log = memfd_create("log", MFD_CLOEXEC);
+  int saved_stderr = dup(2);
+  REQUIRE((log >= 0 && saved_stderr >= 0 && dup2(log, 2) == 2));
   for (int i = 0; i < 50; ++i) {
     std::memset(gpu.segment().page(hostile), i % 2 ? 0xff : 0x00, sizeof(tandem_client_page));
     gpu.tick(t += kMs);
   }
+  dup2(saved_stderr, 2);
+  close(saved_stderr);
+  std::string logged(static_cast<size_t>(lseek(log, 0, SEEK_END)), '\0');
+  CHECK(pread(log, logged.data(), logged.size(), 0) == static_cast<ssize_t>(logged.size()));
+  close(log);
+  size_t warnings = 0;
+  for (size_t at = logged.find("summed peak memory"); at != std::string::npos; at = logged.find("summed peak memory", at + 1))
+    ++warnings;
+  CHECK(warnings == 1);
+  CHECK(logged.find("wrote implausible values") != std::string::npos);
   CHECK(gpu.segment().view(hostile).violations > 0);
   CHECK(shm->slots[filler].assigned_quota_bytes == 1ull << 30);
   CHECK(shm->slots[filler].state == TANDEM_SLOT_ACTIVE);
