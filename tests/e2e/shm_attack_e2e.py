@@ -235,9 +235,9 @@ class FakeDaemon:
         elif m == "huge-slot":
             send(conn, HELLO_OK, json.dumps({"slot": 1 << 30}).encode(),
                  [memfd(HEADER_BYTES, segment_bytes(slot_count=(1 << 31))), memfd(PAGE_BYTES)])
-        elif m == "huge-slot-count":
+        elif m == "huge-slot-count":  # a slot far past the mapping, "within" the claimed count
             send(conn, HELLO_OK, json.dumps({"slot": 5000000}).encode(),
-                 [memfd(HEADER_BYTES, segment_bytes(slot_count=(1 << 31))), memfd(PAGE_BYTES)])
+                 [memfd(HEADER_BYTES, segment_bytes(slot_count=(1 << 30))), memfd(PAGE_BYTES)])
         elif m == "shrink-later":
             seg, page = memfd(HEADER_BYTES, segment_bytes(), seal=False), memfd(PAGE_BYTES, seal=False)
             send(conn, HELLO_OK, ok, [seg, page])
@@ -275,7 +275,6 @@ FAKE_MODES = ["garbage", "huge-length", "bad-json", "no-fd", "short-segment", "w
 
 
 def fake_daemon(env, build, image):
-    spin = os.path.join(build, "tests", "fixtures", "fixture_fork_cases")
     for mode in FAKE_MODES:
         path = os.path.join(env.tmp, f"fake-{mode}.sock")
         fake = FakeDaemon(path, mode)
@@ -292,7 +291,6 @@ def fake_daemon(env, build, image):
                                   f"(exit {p.returncode}) {p.stderr[-300:].strip()}")
         warnings = [l for l in p.stderr.splitlines() if "not a tandemd" in l]
         check(mode in ("silent",) or len(warnings) == 1, f"{mode}: said once: {warnings[:1]}")
-    del spin
 
 
 # ---------------------------------------------------------------- fork
