@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <new>
 
 #include "daemon_link.h"
 #include "futex.h"
@@ -170,6 +171,18 @@ void publish_request_latency() noexcept {
   __atomic_store_n(&page->latency_ns, n ? percentile(sorted, n, pctl) : 0, __ATOMIC_RELAXED);
   __atomic_store_n(&page->latency_samples, count, __ATOMIC_RELAXED);
   __atomic_store_n(&page->latency_seq, interval, __ATOMIC_RELEASE);
+}
+
+std::mutex& request_samples_mutex_for_test() noexcept { return g_samples_mutex; }
+
+void online_requests_after_fork_child() noexcept {
+  new (&g_samples_mutex) std::mutex();
+  g_sample_count = 0;
+  g_interval = 0;
+  g_fresh = false;
+  g_explicit.store(false);
+  g_transparent_open.store(false);
+  t_open = {0, 0};  // the forking thread's, the only one in the child
 }
 
 // ---- the synchronization hooks ----

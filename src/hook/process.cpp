@@ -11,6 +11,7 @@
 #include "progress.h"
 #include "daemon_link.h"
 #include "log.h"
+#include "online_requests.h"
 #include "pool_backend.h"
 #include "real_driver.h"
 #include "settings.h"
@@ -48,6 +49,7 @@ void after_fork_child() noexcept {
   progress_after_fork_child();
   daemon_link_after_fork_child();
   pool_after_fork_child();
+  online_requests_after_fork_child();
   g_used_cuda.store(false);
   g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);
 }

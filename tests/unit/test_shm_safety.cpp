@@ -13,6 +13,7 @@
 #include "gpu_scheduler.h"
 #include "gpu_segment.h"
 #include "link_check.h"
+#include "online_requests.h"
 
 using namespace tandem::scheduler;
 
@@ -195,4 +196,12 @@ TEST_CASE("hook: a daemon's hello reply and descriptors are checked before use")
   CHECK_FALSE(segment_layout_ok(shm, &why));
   shm->slot_count = TANDEM_MAX_SLOTS;
   CHECK(segment_layout_ok(shm, &why));
+}
+
+TEST_CASE("hook: a forked child's request-samples lock is free even if a parent's thread held it") {
+  std::mutex& samples = tandem::hook::request_samples_mutex_for_test();
+  samples.lock();  // as a parent's thread ending a request at the moment of the fork
+  tandem::hook::online_requests_after_fork_child();
+  CHECK(samples.try_lock());
+  samples.unlock();
 }
