@@ -1,16 +1,26 @@
-/* tandem shared-memory ABI (DESIGN §1, §7). tandemd creates one segment per GPU and hands it
- * to each registered client (a file descriptor over the socket). The hot path lives here:
- * clients publish progress counters and take tokens with atomics; the daemon samples the
- * counters every period, grants tokens and wakes gated clients through the futex word.
+/* tandem shared-memory ABI (DESIGN §1, §7). Two kinds of segment, both memfds passed over the
+ * socket at registration (hello_ok carries two descriptors, in this order):
+ *  1. the GPU's segment, one per GPU: `struct tandem_shm_header` with one `struct tandem_slot`
+ *     per client. Only tandemd writes it. It is sealed against shrink, grow and any new
+ *     writable mapping (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL):
+ *     clients map it read-only, and a read-only mapping still serves FUTEX_WAIT on its words.
+ *  2. the client's page, one per registered client: `struct tandem_client_page`, the only
+ *     memory that client writes. Given to that client alone and mapped by tandemd too; sealed
+ *     against shrink and grow (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), so a truncation
+ *     can never fault the daemon. tandemd treats every value in it as untrusted: counters that
+ *     go backwards or jump implausibly are held, values out of range are clamped.
+ * The hot path lives here: clients publish progress counters with atomics and take tokens by
+ * counting what they spent against the daemon's limit; the daemon samples the pages every
+ * period, raises limits and wakes gated clients through futex words in its segment.
  * This layout is an ABI: external monitors may read it. Change TANDEM_SHM_VERSION with it.
- * All multi-byte fields are naturally aligned; every slot is 256 bytes. */
+ * All multi-byte fields are naturally aligned; slots are 128 bytes, client pages 256. */
 #ifndef TANDEM_SHM_ABI_H
 #define TANDEM_SHM_ABI_H
 
 #include <stdint.h>
 
 #define TANDEM_SHM_MAGIC 0x4d444e54u /* "TNDM" */
-#define TANDEM_SHM_VERSION 2u
+#define TANDEM_SHM_VERSION 3u
 #define TANDEM_MAX_SLOTS 64u
 
 /* Slot states. */
@@ -36,20 +46,29 @@
 #define TANDEM_GATE_OPEN 0u   /* launches pass: not gated, or failed open */
 #define TANDEM_GATE_TOKENS 1u /* launches take tokens; wait on `wake` when there are none */
 
+/* One client's part of the GPU's segment. Written by the daemon only. */
 struct tandem_slot {
-  /* --- written by the daemon --- */
   uint32_t state;      /* TANDEM_SLOT_* */
   int32_t pid;         /* the client, from SO_PEERCRED */
   uint32_t role;       /* TANDEM_ROLE_* */
   uint32_t generation; /* bumped each time the slot is given to a new client */
   uint32_t gate;       /* TANDEM_GATE_* */
   uint32_t wake;       /* futex word: the daemon increments it and wakes waiters */
-  int64_t tokens;      /* GPU time the client may still launch, in ns of estimated work */
+  uint64_t token_limit_ns; /* the client may launch while its page's tokens_taken_ns is below this
+                              (balance = (int64_t)(token_limit_ns - tokens_taken_ns)); grants raise
+                              it, a revocation sets it to what the client has taken */
   uint64_t granted_ns; /* total tokens ever granted */
   uint64_t assigned_quota_bytes; /* device-memory quota set through the daemon (0: none); overrides TANDEM_MEM_LIMIT */
   uint64_t inflight_bound_ns; /* policy slo: a gated launch waits while issued_ns - completed_ns >= this (0: no bound) */
+  /* What the daemon last read from the client's page (bounded), for the other clients: */
+  uint32_t requests_open;       /* online inference: requests begun and not yet ended */
+  uint32_t slo_us;              /* online inference: its latency target */
+  uint64_t request_activity_ns; /* CLOCK_MONOTONIC of its last request begin or end */
+  uint8_t reserved[56];
+};
 
-  /* --- written by the client --- */
+/* What one client writes: its own page, separate from the GPU's segment. */
+struct tandem_client_page {
   uint64_t launches;          /* compute kernels launched (graph nodes included) */
   uint64_t nccl_launches;     /* NCCL kernels launched */
   uint64_t issued_ns;         /* estimated GPU time of everything launched */
@@ -71,6 +90,7 @@ struct tandem_slot {
   uint64_t quota_refusals;    /* allocations refused for exceeding it */
   uint64_t nccl_markers_recorded;  /* markers put behind NCCL kernels (training's collectives) */
   uint64_t nccl_markers_completed; /* those the GPU has passed: recorded > completed = communicating */
+  uint64_t tokens_taken_ns;   /* tokens spent so far (see tandem_slot.token_limit_ns) */
   /* online inference (role inference): */
   uint32_t requests_open;     /* requests begun and not yet ended */
   uint32_t slo_us;            /* the latency target (TANDEM_SLO_MS), in us */
@@ -78,6 +98,10 @@ struct tandem_slot {
   uint64_t latency_ns;        /* TANDEM_SLO_PCTL-th percentile latency of the requests ended in control interval latency_seq */
   uint32_t latency_seq;       /* the header's control_seq that latency_ns belongs to */
   uint32_t latency_samples;   /* requests it was computed from */
+  uint32_t progress_wake;     /* futex word of the client's own threads: its progress thread wakes
+                                 its gate when completions free room in the in-flight bound */
+  uint32_t reserved32;
+  uint8_t reserved[40];
 };
 
 struct tandem_shm_header {
@@ -95,15 +119,18 @@ struct tandem_shm_header {
   uint32_t policy;              /* TANDEM_POLICY_* */
   uint32_t control_seq;         /* slo policy: control intervals begun; clients measure latency per interval */
   uint64_t inference_slots;     /* bit i: slot i is an active online-inference client */
-  uint32_t request_seq;         /* futex word, written by clients: incremented (and woken) when a request ends */
+  uint32_t request_seq;         /* futex word: incremented (and woken) by the daemon when it sees an
+                                   online request end (a slot's requests_open fall) */
   uint32_t training_duty_ppm;   /* slo policy: training's duty cycle, parts per million */
   uint8_t reserved[32];
   struct tandem_slot slots[TANDEM_MAX_SLOTS];
 };
 
 #ifdef __cplusplus
-static_assert(sizeof(struct tandem_slot) == 256, "tandem_slot is 256 bytes");
-static_assert(sizeof(struct tandem_shm_header) == 128 + 256 * TANDEM_MAX_SLOTS, "header layout");
+static_assert(sizeof(struct tandem_slot) == 128, "tandem_slot is 128 bytes");
+static_assert(sizeof(struct tandem_client_page) == 256, "tandem_client_page is 256 bytes");
+static_assert(sizeof(struct tandem_shm_header) == 128 + 128 * TANDEM_MAX_SLOTS, "header layout");
+static_assert(__builtin_offsetof(struct tandem_shm_header, slots) == 128, "slots follow a 128-byte header");
 #endif
 
 #endif /* TANDEM_SHM_ABI_H */

@@ -12,8 +12,9 @@
 
 namespace tandem {
 
-// Sleeps until `*word` is woken or no longer `expected`, at most `timeout_ns`.
-inline void futex_wait(uint32_t* word, uint32_t expected, uint64_t timeout_ns) noexcept {
+// Sleeps until `*word` is woken or no longer `expected`, at most `timeout_ns`. A read-only
+// mapping of the word serves (clients wait on words only tandemd writes).
+inline void futex_wait(const uint32_t* word, uint32_t expected, uint64_t timeout_ns) noexcept {
   timespec ts{static_cast<time_t>(timeout_ns / 1000000000ull), static_cast<long>(timeout_ns % 1000000000ull)};
   syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
 }

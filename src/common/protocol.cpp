@@ -4,8 +4,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 namespace tandem {
@@ -23,11 +25,25 @@ bool write_all(int fd, const char* data, size_t size) noexcept {
   return true;
 }
 
-RecvStatus read_all(int fd, char* data, size_t size, int timeout_ms, bool started) {
+uint64_t now_ms() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+// What is left of `timeout_ms` when every wait is bounded by `deadline_ms` (0: none).
+int remaining_ms(int timeout_ms, uint64_t deadline_ms) noexcept {
+  if (!deadline_ms) return timeout_ms;
+  uint64_t now = now_ms();
+  int left = now >= deadline_ms ? 0 : static_cast<int>(std::min<uint64_t>(deadline_ms - now, INT32_MAX));
+  return timeout_ms < 0 || left < timeout_ms ? left : timeout_ms;
+}
+
+RecvStatus read_all(int fd, char* data, size_t size, int timeout_ms, bool started, uint64_t deadline_ms = 0) {
   size_t got = 0;
   while (got < size) {
     pollfd p{fd, POLLIN, 0};
-    int ready = ::poll(&p, 1, timeout_ms);
+    int ready = ::poll(&p, 1, remaining_ms(timeout_ms, deadline_ms));
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) return RecvStatus::io_error;
     if (ready == 0) return got || started ? RecvStatus::truncated : RecvStatus::timeout;
@@ -40,10 +56,11 @@ RecvStatus read_all(int fd, char* data, size_t size, int timeout_ms, bool starte
   return RecvStatus::ok;
 }
 
-// A one-iovec message with room for one descriptor (SCM_RIGHTS), for sendmsg/recvmsg.
+// A one-iovec message with room for a few descriptors (SCM_RIGHTS), for sendmsg/recvmsg.
+constexpr size_t kMaxFdsPerMessage = 4;
 struct FdMessage {
   iovec iov;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)] = {};
   msghdr msg{};
   FdMessage(void* data, size_t size) : iov{data, size} {
     msg.msg_iov = &iov;
@@ -83,17 +100,18 @@ RecvStatus recv_message(int fd, MessageHeader& header, std::string& payload, int
   return header.length ? read_all(fd, payload.data(), header.length, timeout_ms, true) : RecvStatus::ok;
 }
 
-bool send_message_with_fd(int fd, MessageType type, std::string_view payload, int passed_fd) noexcept {
-  if (payload.size() > kMaxPayload) return false;
+bool send_message_with_fds(int fd, MessageType type, std::string_view payload, const int* passed, size_t count) noexcept {
+  if (payload.size() > kMaxPayload || count == 0 || count > kMaxFdsPerMessage) return false;
   MessageHeader h{static_cast<uint32_t>(type), static_cast<uint32_t>(payload.size())};
-  // The descriptor rides on the header's bytes; the payload follows as a normal write.
+  // The descriptors ride on the header's bytes; the payload follows as a normal write.
   FdMessage m(&h, sizeof h);
   msghdr& msg = m.msg;
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &passed_fd, sizeof passed_fd);
+  c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+  std::memcpy(CMSG_DATA(c), passed, sizeof(int) * count);
   ssize_t n;
   do {
     n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
@@ -102,13 +120,25 @@ bool send_message_with_fd(int fd, MessageType type, std::string_view payload, in
   return write_all(fd, payload.data(), payload.size());
 }
 
-RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payload, int& passed_fd,
-                                int timeout_ms) {
-  passed_fd = -1;
+bool send_message_with_fd(int fd, MessageType type, std::string_view payload, int passed_fd) noexcept {
+  return send_message_with_fds(fd, type, payload, &passed_fd, 1);
+}
+
+RecvStatus recv_message_with_fds(int fd, MessageHeader& header, std::string& payload, int* passed, size_t max_fds,
+                                 size_t& count, int timeout_ms, uint32_t max_payload) {
+  count = 0;
+  const uint64_t deadline = now_ms() + static_cast<uint64_t>(timeout_ms < 0 ? 0 : timeout_ms);
+  // Every descriptor that arrived and is not handed back is closed: a peer cannot make us
+  // leak them by sending more than asked for, or with a message that then fails.
+  auto fail = [&](RecvStatus s) {
+    for (size_t i = 0; i < count; ++i) close(passed[i]);
+    count = 0;
+    return s;
+  };
   pollfd p{fd, POLLIN, 0};
   int ready;
   do {
-    ready = ::poll(&p, 1, timeout_ms);
+    ready = ::poll(&p, 1, timeout_ms < 0 ? -1 : remaining_ms(timeout_ms, deadline));
   } while (ready < 0 && errno == EINTR);
   if (ready < 0) return RecvStatus::io_error;
   if (ready == 0) return RecvStatus::timeout;
@@ -119,16 +149,35 @@ RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payl
     n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   if (n < 0) return RecvStatus::io_error;
-  if (n == 0) return RecvStatus::closed;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&passed_fd, CMSG_DATA(c), sizeof passed_fd);
-  if (static_cast<size_t>(n) < sizeof header) {
-    RecvStatus rest = read_all(fd, reinterpret_cast<char*>(&header) + n, sizeof header - static_cast<size_t>(n), timeout_ms, true);
-    if (rest != RecvStatus::ok) return rest;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t in_message = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < in_message; ++i) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+      if (count < max_fds) passed[count++] = received;
+      else close(received);
+    }
   }
-  if (header.length > kMaxPayload) return RecvStatus::too_large;
+  if (n == 0) return fail(RecvStatus::closed);
+  uint64_t bound = timeout_ms < 0 ? 0 : deadline;
+  if (static_cast<size_t>(n) < sizeof header) {
+    RecvStatus rest = read_all(fd, reinterpret_cast<char*>(&header) + n, sizeof header - static_cast<size_t>(n),
+                               timeout_ms, true, bound);
+    if (rest != RecvStatus::ok) return fail(rest);
+  }
+  if (header.length > max_payload) return fail(RecvStatus::too_large);
   payload.resize(header.length);
-  return header.length ? read_all(fd, payload.data(), header.length, timeout_ms, true) : RecvStatus::ok;
+  RecvStatus s = header.length ? read_all(fd, payload.data(), header.length, timeout_ms, true, bound) : RecvStatus::ok;
+  return s == RecvStatus::ok ? s : fail(s);
+}
+
+RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payload, int& passed_fd,
+                                int timeout_ms) {
+  size_t count = 0;
+  RecvStatus s = recv_message_with_fds(fd, header, payload, &passed_fd, 1, count, timeout_ms, kMaxPayload);
+  if (!count) passed_fd = -1;
+  return s;
 }
 
 std::string error_payload(int error_number, std::string_view message) {

@@ -10,7 +10,8 @@ namespace tandem {
 
 enum class MessageType : uint32_t {
   hello = 1,           // client -> daemon: {"pid": int, "role": str}; the pid must be the peer's
-  hello_ok = 2,        // daemon -> client: {"slot": int, "sample_us": int} + the GPU's shm fd
+  hello_ok = 2,        // daemon -> client: {"slot": int, "sample_us": int} + two fds: the GPU's
+                       //   segment (read-only) and the client's page (include/tandem/shm_abi.h)
   status_request = 3,  // any -> daemon: {}
   status_reply = 4,    // daemon -> client: the status document (docs/daemon.md)
   trace_request = 5,   // any -> daemon: {"since_ns": int} (CLOCK_MONOTONIC; 0: all it kept)
@@ -49,9 +50,19 @@ RecvStatus recv_message(int fd, MessageHeader& header, std::string& payload, int
 
 // The same, passing a file descriptor along (SCM_RIGHTS): the daemon hands out shared memory.
 bool send_message_with_fd(int fd, MessageType type, std::string_view payload, int passed_fd) noexcept;
-// Receives a message and the descriptor that came with it (-1 when none).
+// With `count` descriptors (1 to 4).
+bool send_message_with_fds(int fd, MessageType type, std::string_view payload, const int* passed,
+                           size_t count) noexcept;
+// Receives a message and the descriptor that came with it (-1 when none); waits at most
+// `timeout_ms` in all (-1: no limit). Extra descriptors are closed.
 RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payload, int& passed_fd,
                                 int timeout_ms);
+// Receives a message, at most `max_payload` bytes of it, and up to `max_fds` descriptors into
+// `passed` (`count` of them); waits at most `timeout_ms` in all (-1: no limit), however slowly
+// the peer sends. Descriptors beyond `max_fds`, and all of them when the status is not ok, are
+// closed here.
+RecvStatus recv_message_with_fds(int fd, MessageHeader& header, std::string& payload, int* passed, size_t max_fds,
+                                 size_t& count, int timeout_ms, uint32_t max_payload);
 
 // The payload of an `error` reply: {"errno": int, "message": str}.
 std::string error_payload(int error_number, std::string_view message);

@@ -1,6 +1,7 @@
 #include "daemon_link.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -10,25 +11,100 @@
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
 
 #include "counters.h"
+#include "link_check.h"
 #include "log.h"
 #include "protocol.h"
 #include "settings.h"
 
 namespace tandem::hook {
 
-std::atomic<tandem_slot*> g_slot{nullptr};
-std::atomic<tandem_shm_header*> g_shm{nullptr};
+std::atomic<const tandem_slot*> g_slot{nullptr};
+std::atomic<tandem_client_page*> g_page{nullptr};
+std::atomic<const tandem_shm_header*> g_shm{nullptr};
 
 std::atomic<uint32_t> g_link_attempts{0};
 
 namespace {
 int g_socket = -1;
-size_t g_shm_size = 0;
 // Held for a whole exchange on the socket; the progress thread only tries it.
 std::mutex g_exchange_mutex;
+// A daemon that answers badly is said once (it is asked again every second).
+std::atomic<bool> g_bad_daemon_warned{false};
+
+// Bounds on the registration: the connect, each send, the whole hello reply and its size.
+constexpr int kConnectTimeoutMs = 1000;
+constexpr int kHelloTimeoutMs = 1000;
+constexpr int kSendTimeoutMs = 1000;
+constexpr uint32_t kMaxHelloReply = 4096;
+
+void warn_bad_daemon(const char* path, const char* why) {
+  if (!g_bad_daemon_warned.exchange(true))
+    TANDEM_LOG_WARN("the program at {} is not a tandemd this library can use ({}); running unmanaged", path, why);
+  else
+    TANDEM_LOG_DEBUG("the program at {} answered badly again: {}", path, why);
+}
+
+// A connected socket to `addr`, or -1 within kConnectTimeoutMs: never the unbounded wait of a
+// blocking connect to a listener whose backlog is full (that is EAGAIN here: try again at the
+// next attempt). Then blocking again, with every send and
+// receive bounded by SO_SNDTIMEO / SO_RCVTIMEO besides the receive deadlines.
+int connect_bounded(const sockaddr_un& addr) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    if (errno != EINPROGRESS) {
+      close(fd);
+      return -1;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t len = sizeof error;
+    if (poll(&p, 1, kConnectTimeoutMs) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error) {
+      close(fd);
+      return -1;
+    }
+  }
+  timeval send_timeout{kSendTimeoutMs / 1000, (kSendTimeoutMs % 1000) * 1000};
+  timeval recv_timeout{kHelloTimeoutMs / 1000, (kHelloTimeoutMs % 1000) * 1000};
+  if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &recv_timeout, sizeof recv_timeout) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Maps what a hello_ok brought, after checking all of it. False (nothing mapped, `why` set)
+// when anything is off.
+bool map_registration(int shm_fd, int page_fd, int slot, const tandem_shm_header*& shm, tandem_client_page*& page,
+                      const char** why) {
+  if (!sealed_memfd_of_size(shm_fd, sizeof(tandem_shm_header), why) ||
+      !sealed_memfd_of_size(page_fd, sizeof(tandem_client_page), why))
+    return false;
+  // Read-only: what the daemon writes is never written here (the daemon seals its segment
+  // against writable mappings anyway).
+  void* s = mmap(nullptr, sizeof(tandem_shm_header), PROT_READ, MAP_SHARED, shm_fd, 0);
+  if (s == MAP_FAILED) return *why = "the segment cannot be mapped", false;
+  shm = static_cast<const tandem_shm_header*>(s);
+  if (!segment_layout_ok(shm, why) || __atomic_load_n(&shm->slots[slot].state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) {
+    if (!*why) *why = "the slot given is not active";
+    munmap(s, sizeof(tandem_shm_header));
+    return false;
+  }
+  void* p = mmap(nullptr, sizeof(tandem_client_page), PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+  if (p == MAP_FAILED) {
+    munmap(s, sizeof(tandem_shm_header));
+    return *why = "the client page cannot be mapped", false;
+  }
+  page = static_cast<tandem_client_page*>(p);
+  return true;
+}
+
 }  // namespace
 
 uint64_t monotonic_ns() noexcept {
@@ -53,12 +129,16 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
   struct CountAttempt {
     ~CountAttempt() { g_link_attempts.fetch_add(1, std::memory_order_release); }
   } count_attempt;
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  int fd = connect_bounded(addr);
+  if (fd < 0) return false;  // no daemon: run unmanaged (fail open), try again later
+  int fds[2] = {-1, -1};
+  size_t received = 0;
+  auto give_up = [&](const char* why) {
+    if (why) warn_bad_daemon(path, why);
+    for (size_t i = 0; i < received; ++i) close(fds[i]);
     close(fd);
-    return false;  // no daemon: run unmanaged (fail open), try again later
-  }
+    return false;
+  };
   try {
     char hex[33];
     for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
@@ -66,40 +146,35 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
                             {"gpu_total_bytes", gpu_total_bytes}};
     MessageHeader h{};
     std::string reply;
-    int shm_fd = -1;
-    if (!send_message(fd, MessageType::hello, hello.dump()) ||
-        recv_message_with_fd(fd, h, reply, shm_fd, 1000) != RecvStatus::ok ||
-        h.type != static_cast<uint32_t>(MessageType::hello_ok) || shm_fd < 0) {
+    if (!send_message(fd, MessageType::hello, hello.dump())) return give_up(nullptr);
+    RecvStatus status = recv_message_with_fds(fd, h, reply, fds, 2, received, kHelloTimeoutMs, kMaxHelloReply);
+    if (status != RecvStatus::ok) return give_up(recv_status_name(status));
+    if (h.type == static_cast<uint32_t>(MessageType::error)) {
       TANDEM_LOG_WARN("tandemd on {} refused registration: {}", path, reply);
-      if (shm_fd >= 0) close(shm_fd);
-      close(fd);
-      return false;
+      return give_up(nullptr);
     }
-    nlohmann::json ok = nlohmann::json::parse(reply);
-    int slot = ok.at("slot").get<int>();
-    off_t size = lseek(shm_fd, 0, SEEK_END);
-    void* p = size >= static_cast<off_t>(sizeof(tandem_shm_header))
-                  ? mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd, 0)
-                  : MAP_FAILED;
-    close(shm_fd);
-    auto* shm = static_cast<tandem_shm_header*>(p);
-    if (p == MAP_FAILED || shm->magic != TANDEM_SHM_MAGIC || shm->version != TANDEM_SHM_VERSION || slot < 0 ||
-        slot >= static_cast<int>(shm->slot_count)) {
-      TANDEM_LOG_WARN("tandemd's shared memory has an unknown layout; running unmanaged");
-      if (p != MAP_FAILED) munmap(p, static_cast<size_t>(size));
-      close(fd);
-      return false;
-    }
+    if (h.type != static_cast<uint32_t>(MessageType::hello_ok)) return give_up("the reply to hello is not hello_ok");
+    const char* why = nullptr;
+    int slot = hello_slot(reply, &why);
+    if (slot < 0) return give_up(why);
+    if (received != 2) return give_up("hello_ok did not bring the segment and the client page");
+    const tandem_shm_header* shm = nullptr;
+    tandem_client_page* page = nullptr;
+    if (!map_registration(fds[0], fds[1], slot, shm, page, &why)) return give_up(why);
+    close(fds[0]);
+    close(fds[1]);
+    received = 0;
     g_socket = fd;
-    g_shm_size = static_cast<size_t>(size);
+    // The page before the slot: whoever sees the slot finds the page (a previous link's
+    // mappings stay: a launch may still be reading them).
+    g_page.store(page, std::memory_order_release);
     g_shm.store(shm, std::memory_order_release);
     g_slot.store(&shm->slots[slot], std::memory_order_release);
     count(gate_counters().daemon_links);
     TANDEM_LOG_INFO("registered with tandemd: slot {}, role {}", slot, setting_text(SettingId::TANDEM_ROLE));
     return true;
   } catch (...) {
-    close(fd);
-    return false;
+    return give_up("the reply could not be read");
   }
 }
 
@@ -145,18 +220,22 @@ void unlink_from_daemon() noexcept {
   std::unique_lock<std::mutex> lock(g_exchange_mutex, std::try_to_lock);
   if (!lock.owns_lock()) return;
   g_slot.store(nullptr, std::memory_order_release);
-  // The mapping is kept: a launch may still be reading the slot it loaded a moment ago.
+  // The mappings are kept: a launch may still be reading the slot it loaded a moment ago.
   g_shm.store(nullptr, std::memory_order_release);
   if (g_socket >= 0) close(g_socket);
   g_socket = -1;
   TANDEM_LOG_WARN("tandemd is gone; running unmanaged until it returns");
 }
 
-void forget_daemon_link_in_child() noexcept {
-  g_slot.store(nullptr);
-  g_shm.store(nullptr);
-  if (g_socket >= 0) close(g_socket);  // the parent's registration is the parent's
+void daemon_link_after_fork_child() noexcept {
+  // Only this thread exists: a parent's thread that held the lock is not here to release it.
+  new (&g_exchange_mutex) std::mutex();
+  g_slot.store(nullptr, std::memory_order_release);
+  g_shm.store(nullptr, std::memory_order_release);
+  g_page.store(nullptr, std::memory_order_release);  // the parent's page: the child must not write it
+  if (g_socket >= 0) close(g_socket);  // the child's copy; the parent's registration stays
   g_socket = -1;
+  g_link_attempts.store(0, std::memory_order_release);
 }
 
 }  // namespace tandem::hook

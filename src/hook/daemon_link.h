@@ -1,7 +1,10 @@
-// The link from a process to tandemd: registration over the UNIX socket, the GPU's shared
-// memory and this process's slot in it. Everything here runs on the progress thread, never
-// on a launch. Launch hooks read only `current_slot()` (one atomic load) and fail open when it
-// is null: no daemon, not registered yet, or the daemon went away.
+// The link from a process to tandemd: registration over the UNIX socket, the GPU's segment
+// (mapped read-only: the daemon's part of every slot) and this process's own page (the only
+// shared memory it writes). Everything here runs on the progress thread, never on a launch.
+// Launch hooks read only `current_slot()` / `current_page()` (one atomic load each) and fail
+// open when the slot is null: no daemon, not registered yet, or the daemon went away.
+// Nothing a daemon sends is trusted before it is checked (link_check.h): a program that is
+// not tandemd listening at TANDEM_SOCKET gets a warning and a process running unmanaged.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -11,10 +14,15 @@
 
 namespace tandem::hook {
 
-extern std::atomic<tandem_slot*> g_slot;
-extern std::atomic<tandem_shm_header*> g_shm;
+extern std::atomic<const tandem_slot*> g_slot;
+extern std::atomic<tandem_client_page*> g_page;
+extern std::atomic<const tandem_shm_header*> g_shm;
 
-inline tandem_slot* current_slot() noexcept { return g_slot.load(std::memory_order_acquire); }
+// The daemon's part of this process's slot (read-only memory: never written here).
+inline const tandem_slot* current_slot() noexcept { return g_slot.load(std::memory_order_acquire); }
+// This process's page. Set before the slot and kept (still mapped) after an unlink, so it is
+// never null while current_slot() is not.
+inline tandem_client_page* current_page() noexcept { return g_page.load(std::memory_order_acquire); }
 
 uint32_t role_code(const char* role) noexcept;
 
@@ -26,8 +34,9 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
 bool daemon_connected() noexcept;
 // Drops the link (daemon gone): launches pass from now on. Re-linking happens later.
 void unlink_from_daemon() noexcept;
-// Fork: the child has no link (it re-registers on its own if it uses CUDA).
-void forget_daemon_link_in_child() noexcept;
+// Fork, in the child: no link (the parent's registration is the parent's; the child registers
+// on its own if it uses CUDA), the exchange lock fresh (a parent's thread may have held it).
+void daemon_link_after_fork_child() noexcept;
 
 uint64_t monotonic_ns() noexcept;
 

@@ -23,10 +23,18 @@ bool online_request_open(const tandem_shm_header* shm, uint64_t now) noexcept {
   return false;
 }
 
-void gate_wait(tandem_slot* slot, uint64_t cost_ns) noexcept {
+namespace {
+// Tokens left: the daemon's limit minus what this process spent.
+int64_t balance(const tandem_slot* slot, const tandem_client_page* page) noexcept {
+  return static_cast<int64_t>(__atomic_load_n(&slot->token_limit_ns, __ATOMIC_ACQUIRE) -
+                              __atomic_load_n(&page->tokens_taken_ns, __ATOMIC_ACQUIRE));
+}
+}  // namespace
+
+void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns) noexcept {
   const uint64_t period_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
   const uint64_t stale_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
-  tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
+  const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
   uint64_t start = 0;
   for (;;) {
     uint32_t request_seq = shm ? __atomic_load_n(&shm->request_seq, __ATOMIC_ACQUIRE) : 0;
@@ -39,14 +47,14 @@ void gate_wait(tandem_slot* slot, uint64_t cost_ns) noexcept {
     bool full = false;
     uint64_t bound = __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_ACQUIRE);
     if (!open && bound) {
-      uint64_t issued = __atomic_load_n(&slot->issued_ns, __ATOMIC_ACQUIRE);
-      uint64_t completed = __atomic_load_n(&slot->completed_ns, __ATOMIC_ACQUIRE);
+      uint64_t issued = __atomic_load_n(&page->issued_ns, __ATOMIC_ACQUIRE);
+      uint64_t completed = __atomic_load_n(&page->completed_ns, __ATOMIC_ACQUIRE);
       full = issued > completed && issued - completed >= bound;
     }
     // Any positive balance admits one kernel (it may overdraw): the in-flight bound, not the
     // balance, is what protects the other job.
-    if (!request_running && !full && (open || __atomic_load_n(&slot->tokens, __ATOMIC_ACQUIRE) > 0)) {
-      __atomic_fetch_sub(&slot->tokens, static_cast<int64_t>(cost_ns), __ATOMIC_ACQ_REL);
+    if (!request_running && !full && (open || balance(slot, page) > 0)) {
+      __atomic_fetch_add(&page->tokens_taken_ns, cost_ns, __ATOMIC_ACQ_REL);
       break;
     }
     if (!start) start = now;
@@ -59,20 +67,22 @@ void gate_wait(tandem_slot* slot, uint64_t cost_ns) noexcept {
       continue;
     }
     uint32_t wake = __atomic_load_n(&slot->wake, __ATOMIC_ACQUIRE);
-    if (!full && __atomic_load_n(&slot->tokens, __ATOMIC_ACQUIRE) > 0) continue;
+    if (!full && balance(slot, page) > 0) continue;
     if (full) {
       // Completions are what this wait is for: look for them now and then often, rather than
-      // a progress tick later (each look is an event query per marker passed).
+      // a progress tick later (each look is an event query per marker passed). The progress
+      // thread wakes this process's own word in its page (the slot's is the daemon's).
+      uint32_t progress = __atomic_load_n(&page->progress_wake, __ATOMIC_ACQUIRE);
       poll_markers_now();
-      futex_wait(&slot->wake, wake, period_ns / 8);
+      futex_wait(&page->progress_wake, progress, period_ns / 8);
       continue;
     }
     futex_wait(&slot->wake, wake, 4 * period_ns);  // bounded: re-check the daemon's heartbeat
   }
   if (start) {
     uint64_t waited = monotonic_ns() - start;
-    __atomic_fetch_add(&slot->gate_waits, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&slot->gate_wait_ns, waited, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&page->gate_waits, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&page->gate_wait_ns, waited, __ATOMIC_RELAXED);
     count(gate_counters().waits);
     count(gate_counters().wait_ns, waited);
   }

@@ -27,12 +27,12 @@ std::atomic<uint64_t> g_last_cost_ns{0};  // for graphs, whose nodes' sizes are 
 inline bool gated_launch(KernelKind kind) noexcept {
   if (g_role == TANDEM_ROLE_BATCH_INFERENCE) return true;
   if (g_role != TANDEM_ROLE_TRAINING || kind == KernelKind::nccl) return false;
-  tandem_slot* slot = current_slot();
+  const tandem_slot* slot = current_slot();
   return slot && __atomic_load_n(&slot->gate, __ATOMIC_RELAXED) != TANDEM_GATE_OPEN;
 }
 
 inline bool bounded_inflight() noexcept {
-  tandem_slot* slot = current_slot();
+  const tandem_slot* slot = current_slot();
   return slot && __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_RELAXED) != 0;
 }
 
@@ -55,10 +55,10 @@ inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, 
 }
 
 inline void after_managed_launch(KernelKind kind, CUstream s, bool per_thread, uint64_t kernels) noexcept {
-  tandem_slot* slot = current_slot();
-  if (!slot) return;
+  if (!current_slot()) return;
+  tandem_client_page* page = current_page();
   bool nccl = kind == KernelKind::nccl;
-  __atomic_fetch_add(nccl ? &slot->nccl_launches : &slot->launches, kernels, __ATOMIC_RELAXED);
+  __atomic_fetch_add(nccl ? &page->nccl_launches : &page->launches, kernels, __ATOMIC_RELAXED);
   g_notes.last_was_nccl.store(nccl, std::memory_order_relaxed);
   if (nccl) {
     g_notes.nccl_stream.store(s, std::memory_order_relaxed);

@@ -50,7 +50,7 @@ constexpr uint64_t kPressureInterval = 100000000;  // 100 ms: time to release, n
 }  // namespace
 
 uint64_t memory_quota() noexcept {
-  if (tandem_slot* slot = current_slot()) {
+  if (const tandem_slot* slot = current_slot()) {
     uint64_t assigned = __atomic_load_n(&slot->assigned_quota_bytes, __ATOMIC_ACQUIRE);
     if (assigned) return assigned;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <new>
 
 #include "daemon_link.h"
 #include "futex.h"
@@ -38,16 +39,16 @@ struct OpenRequest {
 };
 thread_local OpenRequest t_open{0, 0};
 
-void request_opened(tandem_slot* slot, uint64_t now) noexcept {
-  __atomic_fetch_add(&slot->requests_open, 1, __ATOMIC_ACQ_REL);
-  __atomic_store_n(&slot->request_activity_ns, now, __ATOMIC_RELEASE);
+void request_opened(tandem_client_page* page, uint64_t now) noexcept {
+  __atomic_fetch_add(&page->requests_open, 1, __ATOMIC_ACQ_REL);
+  __atomic_store_n(&page->request_activity_ns, now, __ATOMIC_RELEASE);
 }
 
 // One request fewer open; never below zero (an end without a begin, or a request begun
 // before the slot existed).
-void decrement_open(tandem_slot* slot) noexcept {
-  uint32_t open = __atomic_load_n(&slot->requests_open, __ATOMIC_ACQUIRE);
-  while (open > 0 && !__atomic_compare_exchange_n(&slot->requests_open, &open, open - 1, false, __ATOMIC_ACQ_REL,
+void decrement_open(tandem_client_page* page) noexcept {
+  uint32_t open = __atomic_load_n(&page->requests_open, __ATOMIC_ACQUIRE);
+  while (open > 0 && !__atomic_compare_exchange_n(&page->requests_open, &open, open - 1, false, __ATOMIC_ACQ_REL,
                                                   __ATOMIC_ACQUIRE)) {
   }
 }
@@ -56,14 +57,14 @@ void decrement_open(tandem_slot* slot) noexcept {
 // (what a bubble must hold: the admission's estimate). Were the estimate the latency, queueing
 // would feed it: a backlog makes requests look longer than any bubble, so each waits its whole
 // SLO, which lengthens the backlog.
-void request_closed(tandem_slot* slot, uint64_t now, uint64_t latency_ns, uint64_t service_ns) noexcept {
-  decrement_open(slot);
-  __atomic_store_n(&slot->request_activity_ns, now, __ATOMIC_RELEASE);
-  // Best-effort work held back while the request ran may go now.
-  if (tandem_shm_header* shm = g_shm.load(std::memory_order_acquire)) futex_bump_and_wake(&shm->request_seq);
-  uint64_t mean = __atomic_load_n(&slot->request_ns, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->request_ns, mean ? (mean * 7 + service_ns) / 8 : service_ns, __ATOMIC_RELEASE);
-  __atomic_fetch_add(&slot->requests, 1, __ATOMIC_RELAXED);
+void request_closed(tandem_client_page* page, uint64_t now, uint64_t latency_ns, uint64_t service_ns) noexcept {
+  decrement_open(page);
+  // The daemon sees the count fall at its next tick and wakes the best-effort work held back
+  // while the request ran (only it writes the segment the other processes wait on).
+  __atomic_store_n(&page->request_activity_ns, now, __ATOMIC_RELEASE);
+  uint64_t mean = __atomic_load_n(&page->request_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&page->request_ns, mean ? (mean * 7 + service_ns) / 8 : service_ns, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&page->requests, 1, __ATOMIC_RELAXED);
   std::lock_guard<std::mutex> lock(g_samples_mutex);
   if (g_sample_count < kSamples) g_samples[g_sample_count] = latency_ns;
   if (g_sample_count < UINT32_MAX) ++g_sample_count;
@@ -85,25 +86,25 @@ void request_launch() noexcept {
       g_transparent_open.exchange(true))
     return;
   uint64_t arrival = monotonic_ns();
-  tandem_slot* slot = current_slot();
-  tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
-  if (!slot || !shm) {  // not linked: timed, not announced
+  const tandem_slot* slot = current_slot();
+  const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
+  tandem_client_page* page = current_page();
+  if (!slot || !shm || !page) {  // not linked: timed, not announced
     g_transparent_start.store(arrival, std::memory_order_relaxed);
     return;
   }
-  admit_request(slot, shm, arrival);
+  admit_request(page, shm, arrival);
   uint64_t start = monotonic_ns();  // the request's time starts when it may run
   g_transparent_start.store(start, std::memory_order_relaxed);
-  request_opened(slot, start);
+  request_opened(page, start);
 }
 
 void request_synchronized() noexcept {
   if (g_explicit.load(std::memory_order_relaxed) || !g_transparent_open.exchange(false)) return;
-  tandem_slot* slot = current_slot();
-  if (!slot) return;
+  if (!current_slot()) return;
   uint64_t now = monotonic_ns();
   uint64_t took = now - g_transparent_start.load(std::memory_order_relaxed);  // from its admission
-  request_closed(slot, now, took, took);
+  request_closed(current_page(), now, took, took);
 }
 
 uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept {
@@ -114,19 +115,19 @@ uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept {
   // transparently (a warm-up, model loading) does not count.
   if (!g_explicit.exchange(true)) {
     if (g_transparent_open.exchange(false))
-      if (tandem_slot* slot = current_slot()) decrement_open(slot);
+      if (current_slot()) decrement_open(current_page());
     std::lock_guard<std::mutex> lock(g_samples_mutex);
     g_sample_count = 0;
     g_fresh = true;  // publishes "nothing measured" over what may have been published
   }
   uint64_t now = monotonic_ns();
   uint64_t begin = arrival_ns && arrival_ns <= now ? arrival_ns : now;
-  tandem_slot* slot = current_slot();
-  tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
-  if (slot && shm) {
-    admit_request(slot, shm, begin);
+  const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
+  tandem_client_page* page = current_page();
+  if (current_slot() && shm && page) {
+    admit_request(page, shm, begin);
     uint64_t admitted = monotonic_ns();
-    request_opened(slot, admitted);
+    request_opened(page, admitted);
     t_open = {begin, admitted};
   }
   return begin;
@@ -134,19 +135,18 @@ uint64_t explicit_request_begin(uint64_t arrival_ns) noexcept {
 
 void explicit_request_end(uint64_t begin_ns) noexcept {
   if (g_role != TANDEM_ROLE_INFERENCE) return;
-  tandem_slot* slot = current_slot();
   uint64_t now = monotonic_ns();
-  if (!slot || !begin_ns || begin_ns > now) return;
+  if (!current_slot() || !begin_ns || begin_ns > now) return;
   bool ours = t_open.begin_ns == begin_ns && t_open.admitted_ns && t_open.admitted_ns <= now;
-  request_closed(slot, now, now - begin_ns, ours ? now - t_open.admitted_ns : now - begin_ns);
+  request_closed(current_page(), now, now - begin_ns, ours ? now - t_open.admitted_ns : now - begin_ns);
   if (ours) t_open = {0, 0};
 }
 
 void publish_request_latency() noexcept {
-  tandem_slot* slot = current_slot();
-  tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
-  if (!slot || !shm) return;
-  __atomic_store_n(&slot->slo_us, static_cast<uint32_t>(std::min<long long>(setting_int(SettingId::TANDEM_SLO_MS) * 1000, UINT32_MAX)),
+  const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
+  tandem_client_page* page = current_page();
+  if (!current_slot() || !shm || !page) return;
+  __atomic_store_n(&page->slo_us, static_cast<uint32_t>(std::min<long long>(setting_int(SettingId::TANDEM_SLO_MS) * 1000, UINT32_MAX)),
                    __ATOMIC_RELAXED);
   static uint64_t sorted[kSamples];  // the progress thread's alone
   size_t n = 0;
@@ -168,9 +168,21 @@ void publish_request_latency() noexcept {
     std::copy(g_samples, g_samples + n, sorted);
   }
   long long pctl = std::clamp<long long>(setting_int(SettingId::TANDEM_SLO_PCTL), 1, 100);
-  __atomic_store_n(&slot->latency_ns, n ? percentile(sorted, n, pctl) : 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->latency_samples, count, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->latency_seq, interval, __ATOMIC_RELEASE);
+  __atomic_store_n(&page->latency_ns, n ? percentile(sorted, n, pctl) : 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&page->latency_samples, count, __ATOMIC_RELAXED);
+  __atomic_store_n(&page->latency_seq, interval, __ATOMIC_RELEASE);
+}
+
+std::mutex& request_samples_mutex_for_test() noexcept { return g_samples_mutex; }
+
+void online_requests_after_fork_child() noexcept {
+  new (&g_samples_mutex) std::mutex();
+  g_sample_count = 0;
+  g_interval = 0;
+  g_fresh = false;
+  g_explicit.store(false);
+  g_transparent_open.store(false);
+  t_open = {0, 0};  // the forking thread's, the only one in the child
 }
 
 // ---- the synchronization hooks ----

@@ -16,6 +16,7 @@
 //                switches the process to explicit mode for good.
 #pragma once
 #include <cstdint>
+#include <mutex>
 
 namespace tandem::hook {
 
@@ -30,5 +31,10 @@ void explicit_request_end(uint64_t begin_ns) noexcept;
 
 // Progress thread, every tick: publishes the current interval's percentile in the slot.
 void publish_request_latency() noexcept;
+// Fork, in the child: no request of the parent's is open here, none measured; the samples'
+// lock fresh (a parent's thread may have been ending a request at the fork).
+void online_requests_after_fork_child() noexcept;
+// The samples' lock, for the unit test of the above (held, it must come back free).
+std::mutex& request_samples_mutex_for_test() noexcept;
 
 }  // namespace tandem::hook

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <ctime>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -336,6 +337,15 @@ void pool_tick() noexcept {
       g_pool->try_trim(held - (unused - g_watermark), true);
   } catch (...) {
   }
+}
+
+void pool_after_fork_child() noexcept {
+  new (&g_init_mutex) std::mutex();  // only this thread exists in the child
+  g_pool = nullptr;                  // the parent's, left as it is (never destroyed anyway)
+  g_handovers.store(0);
+  g_handover_ns_max.store(0);
+  g_handover_ns_total.store(0);
+  g_state.store(0, std::memory_order_release);
 }
 
 PoolFigures pool_figures() noexcept {

@@ -28,5 +28,9 @@ struct PoolFigures {
   uint64_t handovers = 0, handover_ns_max = 0, handover_ns_total = 0;  // allocations that received chunks
 };
 PoolFigures pool_figures() noexcept;
+// Fork, in the child: the pool is the parent's (its chunks, its registration with tandemd, its
+// lock, which a parent's thread may hold in the middle of a handover). The child starts with
+// none: a pooled allocation there sets up a pool of its own.
+void pool_after_fork_child() noexcept;
 
 }  // namespace tandem::hook

@@ -11,6 +11,8 @@
 #include "progress.h"
 #include "daemon_link.h"
 #include "log.h"
+#include "online_requests.h"
+#include "pool_backend.h"
 #include "real_driver.h"
 #include "settings.h"
 #include "stats_writer.h"
@@ -32,8 +34,11 @@ void warn_setting(const char* message) noexcept { TANDEM_LOG_WARN("{}", message)
 
 void on_exit_write_stats() { (void)write_stats_now(); }
 
-// Fork: no thread of the parent exists in the child. The child starts from zero counts and
-// becomes a CUDA user of its own only if it calls the driver (phase forked_child).
+// Fork: no thread of the parent exists in the child. The child starts from zero counts, with
+// fresh locks (a parent's thread may have held one: the exchange with tandemd, the pool's),
+// without the parent's link and pool, and becomes a CUDA user of its own only if it calls the
+// driver (phase forked_child). No lock of the hook is taken before the fork but the handle
+// maps' (held for microseconds): a fork never waits for an exchange with tandemd.
 void before_fork() noexcept { handle_maps_lock_all(); }
 void after_fork_parent() noexcept { handle_maps_unlock_all(); }
 void after_fork_child() noexcept {
@@ -42,6 +47,9 @@ void after_fork_child() noexcept {
   memory_tracker_reset_in_child();
   memory_quota_after_fork_child();
   progress_after_fork_child();
+  daemon_link_after_fork_child();
+  pool_after_fork_child();
+  online_requests_after_fork_child();
   g_used_cuda.store(false);
   g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);
 }

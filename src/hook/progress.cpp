@@ -45,23 +45,23 @@ uint64_t g_last_completion = 0;
 std::atomic<bool> g_thread_started{false};
 
 bool try_record(CUstream s, bool per_thread, bool nccl = false) {
-  tandem_slot* slot = current_slot();
-  if (!slot || stream_is_capturing(s, per_thread)) return false;  // never touch a capturing stream
+  tandem_client_page* page = current_slot() ? current_page() : nullptr;  // what this process writes
+  if (!page || stream_is_capturing(s, per_thread)) return false;  // never touch a capturing stream
   Marker& m = g_ring[g_head % kMarkers];
   if (g_head - g_tail >= kMarkers) return false;  // the GPU is far behind: enough markers in flight
   if (!m.event && g_real.cuEventCreate(&m.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
   CUresult r = per_thread ? g_real.cuEventRecord_ptsz(m.event, s) : g_real.cuEventRecord(m.event, s);
   if (r != CUDA_SUCCESS) return false;
-  m.issued_ns = __atomic_load_n(&slot->issued_ns, __ATOMIC_RELAXED);
+  m.issued_ns = __atomic_load_n(&page->issued_ns, __ATOMIC_RELAXED);
   m.recorded_at = monotonic_ns();
-  m.gate_waits = __atomic_load_n(&slot->gate_waits, __ATOMIC_RELAXED);
+  m.gate_waits = __atomic_load_n(&page->gate_waits, __ATOMIC_RELAXED);
   m.nccl = nccl;
   ++g_head;
   if (nccl) {
-    __atomic_fetch_add(&slot->nccl_markers_recorded, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&page->nccl_markers_recorded, 1, __ATOMIC_RELEASE);
     g_notes.nccl_since_marker.store(false, std::memory_order_relaxed);
   } else {
-    __atomic_fetch_add(&slot->markers_recorded, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&page->markers_recorded, 1, __ATOMIC_RELEASE);
     g_notes.work_since_marker.store(false, std::memory_order_relaxed);
   }
   return true;
@@ -94,7 +94,8 @@ void calibrate(const Marker& previous, const Marker& m, uint64_t now) {
 // Completed markers advance the slot's progress and calibrate the cost estimate.
 // With g_marker_mutex held.
 void poll_markers_locked(uint64_t now) {
-  tandem_slot* slot = current_slot();
+  const tandem_slot* daemon_slot = current_slot();
+  tandem_client_page* page = daemon_slot ? current_page() : nullptr;  // what this process writes
   bool progressed = false;
   while (g_tail < g_head) {
     Marker& m = g_ring[g_tail % kMarkers];
@@ -106,19 +107,19 @@ void poll_markers_locked(uint64_t now) {
     if (q == CUDA_SUCCESS && previous && !m.nccl && !previous->nccl) calibrate(*previous, m, now);
     ++g_tail;
     g_last_completion = now;
-    if (slot && m.nccl) {
-      __atomic_fetch_add(&slot->nccl_markers_completed, 1, __ATOMIC_RELEASE);
-    } else if (slot) {
-      __atomic_store_n(&slot->completed_ns, m.issued_ns, __ATOMIC_RELEASE);
-      __atomic_store_n(&slot->last_completion_ns, now, __ATOMIC_RELEASE);
-      __atomic_fetch_add(&slot->markers_completed, 1, __ATOMIC_RELEASE);
+    if (page && m.nccl) {
+      __atomic_fetch_add(&page->nccl_markers_completed, 1, __ATOMIC_RELEASE);
+    } else if (page) {
+      __atomic_store_n(&page->completed_ns, m.issued_ns, __ATOMIC_RELEASE);
+      __atomic_store_n(&page->last_completion_ns, now, __ATOMIC_RELEASE);
+      __atomic_fetch_add(&page->markers_completed, 1, __ATOMIC_RELEASE);
       progressed = true;
     }
   }
   // A launch of this process may be waiting for its in-flight work to drop (policy slo).
-  if (progressed && __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_ACQUIRE) &&
-      __atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) != TANDEM_GATE_OPEN)
-    futex_bump_and_wake(&slot->wake);
+  if (progressed && __atomic_load_n(&daemon_slot->inflight_bound_ns, __ATOMIC_ACQUIRE) &&
+      __atomic_load_n(&daemon_slot->gate, __ATOMIC_ACQUIRE) != TANDEM_GATE_OPEN)
+    futex_bump_and_wake(&page->progress_wake);
 }
 
 void sleep_ns(uint64_t ns) {
@@ -156,13 +157,13 @@ void* progress_main(void*) {
       unlink_from_daemon();
       next_link_attempt = now + 100000000ull;
     }
-    if (tandem_slot* slot = current_slot()) {
-      __atomic_store_n(&slot->heartbeat_ns, now, __ATOMIC_RELEASE);
+    if (tandem_client_page* page = current_slot() ? current_page() : nullptr) {
+      __atomic_store_n(&page->heartbeat_ns, now, __ATOMIC_RELEASE);
       const MemoryCounters& mem = memory_counters();
-      __atomic_store_n(&slot->peak_bytes, mem.peak_bytes.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
-      __atomic_store_n(&slot->bytes_in_use, mem.bytes_in_use.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
-      __atomic_store_n(&slot->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
-      __atomic_store_n(&slot->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
+      __atomic_store_n(&page->peak_bytes, mem.peak_bytes.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
+      __atomic_store_n(&page->bytes_in_use, mem.bytes_in_use.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
+      __atomic_store_n(&page->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
+      __atomic_store_n(&page->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
       memory_pressure_tick(now);
       pool_tick();
       if (g_role == TANDEM_ROLE_INFERENCE) publish_request_latency();
@@ -227,7 +228,6 @@ void progress_after_fork_child() noexcept {
   g_notes.work_since_marker.store(false);
   g_notes.nccl_since_marker.store(false);
   g_thread_started.store(false);
-  forget_daemon_link_in_child();
 }
 
 }  // namespace tandem::hook

@@ -6,12 +6,12 @@
 
 namespace tandem::hook {
 
-void admit_request(tandem_slot* slot, tandem_shm_header* shm, uint64_t arrival) noexcept {
+void admit_request(tandem_client_page* page, const tandem_shm_header* shm, uint64_t arrival) noexcept {
   if (__atomic_load_n(&shm->policy, __ATOMIC_ACQUIRE) != TANDEM_POLICY_FILL) return;
   const uint64_t slo = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SLO_MS)) * 1000000;
   const uint64_t period = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
   const uint64_t stale = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
-  const uint64_t need = __atomic_load_n(&slot->request_ns, __ATOMIC_ACQUIRE);
+  const uint64_t need = __atomic_load_n(&page->request_ns, __ATOMIC_ACQUIRE);
   bool waited = false;
   for (;;) {
     uint32_t seq = __atomic_load_n(&shm->bubble_seq, __ATOMIC_ACQUIRE);
@@ -29,8 +29,8 @@ void admit_request(tandem_slot* slot, tandem_shm_header* shm, uint64_t arrival) 
     futex_wait(&shm->bubble_seq, seq, left < 4 * period ? left : 4 * period);  // a bubble's start wakes it
   }
   if (waited) {
-    __atomic_fetch_add(&slot->admission_waits, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&slot->admission_wait_ns, monotonic_ns() - arrival, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&page->admission_waits, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&page->admission_wait_ns, monotonic_ns() - arrival, __ATOMIC_RELAXED);
   }
 }
 

@@ -11,6 +11,6 @@
 namespace tandem::hook {
 
 // Waits (bounded) until the request that arrived at `arrival_ns` may run.
-void admit_request(tandem_slot* slot, tandem_shm_header* shm, uint64_t arrival_ns) noexcept;
+void admit_request(tandem_client_page* page, const tandem_shm_header* shm, uint64_t arrival_ns) noexcept;
 
 }  // namespace tandem::hook

@@ -28,21 +28,34 @@ GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& param
 }
 
 namespace {
-FillerState gated_state(int id, const tandem_slot& s) {
-  uint64_t issued = __atomic_load_n(&s.issued_ns, __ATOMIC_ACQUIRE);
-  uint64_t completed = __atomic_load_n(&s.completed_ns, __ATOMIC_ACQUIRE);
-  return {id, issued > completed ? issued - completed : 0, __atomic_load_n(&s.tokens, __ATOMIC_ACQUIRE), true};
+// The balance as the daemon counts it: what it allowed minus what the client (bounded) spent.
+int64_t balance(const tandem_slot& s, const ClientView& c) {
+  return static_cast<int64_t>(__atomic_load_n(&s.token_limit_ns, __ATOMIC_ACQUIRE) - c.v.tokens_taken_ns);
 }
 
-OnlineClient online_state(const tandem_slot& s) {
-  OnlineClient c;
-  c.requests_open = __atomic_load_n(&s.requests_open, __ATOMIC_ACQUIRE);
-  c.activity_ns = __atomic_load_n(&s.request_activity_ns, __ATOMIC_ACQUIRE);
-  c.latency_seq = __atomic_load_n(&s.latency_seq, __ATOMIC_ACQUIRE);
-  c.latency_ns = __atomic_load_n(&s.latency_ns, __ATOMIC_ACQUIRE);
-  c.samples = __atomic_load_n(&s.latency_samples, __ATOMIC_ACQUIRE);
-  c.slo_ns = static_cast<uint64_t>(__atomic_load_n(&s.slo_us, __ATOMIC_ACQUIRE)) * 1000;
-  return c;
+FillerState gated_state(int id, const tandem_slot& s, const ClientView& c) {
+  return {id, c.v.issued_ns - c.v.completed_ns, balance(s, c), true};  // bounded: completed <= issued
+}
+
+OnlineClient online_state(const ClientView& c) {
+  OnlineClient o;
+  o.requests_open = c.v.requests_open;
+  o.activity_ns = c.v.request_activity_ns;
+  o.latency_seq = c.v.latency_seq;
+  o.latency_ns = c.v.latency_ns;
+  o.samples = c.v.latency_samples;
+  o.slo_ns = static_cast<uint64_t>(c.v.slo_us) * 1000;
+  return o;
+}
+
+// Other clients read an online client's requests through the daemon's slot (they cannot
+// read its page). A request that ended wakes the best-effort launches waiting for it.
+void publish_requests(tandem_shm_header* shm, tandem_slot& s, const ClientView& c) {
+  uint32_t before = __atomic_load_n(&s.requests_open, __ATOMIC_RELAXED);
+  __atomic_store_n(&s.slo_us, c.v.slo_us, __ATOMIC_RELAXED);
+  __atomic_store_n(&s.request_activity_ns, c.v.request_activity_ns, __ATOMIC_RELEASE);
+  __atomic_store_n(&s.requests_open, c.v.requests_open, __ATOMIC_RELEASE);
+  if (c.v.requests_open < before) futex_bump_and_wake(&shm->request_seq);
 }
 }  // namespace
 
@@ -56,7 +69,7 @@ void GpuScheduler::set_gates(tandem_shm_header* shm, const std::vector<FillerSta
 void GpuScheduler::apply(tandem_shm_header* shm, const std::vector<Grant>& grants, uint64_t now_ns) {
   for (const Grant& g : grants) {
     tandem_slot& s = shm->slots[g.id];
-    __atomic_fetch_add(&s.tokens, g.tokens_ns, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&s.token_limit_ns, static_cast<uint64_t>(g.tokens_ns), __ATOMIC_ACQ_REL);
     __atomic_fetch_add(&s.granted_ns, static_cast<uint64_t>(g.tokens_ns), __ATOMIC_RELAXED);
     wake(s);
     trace_.add({now_ns, 'G', s.pid, g.tokens_ns});
@@ -67,6 +80,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
   tandem_shm_header* shm = segment_.shm();
   if (!shm) return;
   __atomic_store_n(&shm->daemon_heartbeat_ns, now_ns, __ATOMIC_RELEASE);
+  segment_.sample(now_ns);
 
   TrainingSample sample{now_ns, 0, 0, 0};
   uint64_t collectives_pending = 0;  // NCCL markers recorded but not passed
@@ -77,19 +91,19 @@ void GpuScheduler::tick(uint64_t now_ns) {
   for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
     tandem_slot& s = shm->slots[i];
     if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
+    const ClientView& c = segment_.view(static_cast<int>(i));
     if (s.role == TANDEM_ROLE_TRAINING) {
-      training_.push_back(gated_state(static_cast<int>(i), s));
-      sample.launches += __atomic_load_n(&s.launches, __ATOMIC_ACQUIRE);
-      sample.markers_recorded += __atomic_load_n(&s.markers_recorded, __ATOMIC_ACQUIRE);
-      sample.markers_completed += __atomic_load_n(&s.markers_completed, __ATOMIC_ACQUIRE);
-      uint64_t nccl_completed = __atomic_load_n(&s.nccl_markers_completed, __ATOMIC_ACQUIRE);
-      uint64_t nccl_recorded = __atomic_load_n(&s.nccl_markers_recorded, __ATOMIC_ACQUIRE);
-      if (nccl_recorded > nccl_completed) collectives_pending += nccl_recorded - nccl_completed;
+      training_.push_back(gated_state(static_cast<int>(i), s, c));
+      sample.launches += c.v.launches;
+      sample.markers_recorded += c.v.markers_recorded;
+      sample.markers_completed += c.v.markers_completed;
+      collectives_pending += c.v.nccl_markers_recorded - c.v.nccl_markers_completed;  // bounded: >= 0
     } else if (gated(s.role)) {
-      fillers_.push_back(gated_state(static_cast<int>(i), s));
+      fillers_.push_back(gated_state(static_cast<int>(i), s, c));
     } else if (s.role == TANDEM_ROLE_INFERENCE) {
       inference_slots |= 1ull << i;
-      online_.push_back(online_state(s));
+      online_.push_back(online_state(c));
+      publish_requests(shm, s, c);
     }
   }
   const bool training = !training_.empty();
@@ -135,15 +149,19 @@ void GpuScheduler::tick(uint64_t now_ns) {
     last_phase_ = phase;
     if (phase == GpuPhase::bubble) futex_bump_and_wake(&shm->bubble_seq);  // online requests waiting for one
   }
-  check_admission(shm);
+  check_admission(shm, now_ns);
   if (!training) return;
 
   communicating_ = collectives_pending > 0;
   policy_.step(phase, communicating_, now_ns, detector_.phase_started_ns(), detector_.predicted_bubble_end_ns(), fillers_, grants_);
   if (policy_.revoke()) {
     for (const FillerState& f : fillers_) {
+      // A zero balance: the limit falls to what the client has spent (a launch taking tokens
+      // meanwhile overdraws, as it may anyway).
       tandem_slot& s = shm->slots[f.id];
-      int64_t left = __atomic_exchange_n(&s.tokens, 0, __ATOMIC_ACQ_REL);
+      const ClientView& c = segment_.view(f.id);
+      int64_t left = balance(s, c);
+      __atomic_store_n(&s.token_limit_ns, c.v.tokens_taken_ns, __ATOMIC_RELEASE);
       if (left > 0) trace_.add({now_ns, 'R', s.pid, left});
     }
   }
@@ -152,15 +170,14 @@ void GpuScheduler::tick(uint64_t now_ns) {
 
 // Admission checks (SpecInF principles I and II). Principle II: an online filler whose single request takes longer than the longest
 // bubble can never be served inside one. Said once per client, with the figures.
-void GpuScheduler::check_admission(tandem_shm_header* shm) {
+void GpuScheduler::check_admission(tandem_shm_header* shm, uint64_t now_ns) {
   refusals_.clear();
   // Principle I: the colocated processes' peak memory must fit the GPU together.
   // The sum every tick; the message (strings, allocations) only when it does not fit.
   uint64_t peaks = 0;
   for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
     const tandem_slot& s = shm->slots[i];
-    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) == TANDEM_SLOT_ACTIVE)
-      peaks += __atomic_load_n(&s.peak_bytes, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) == TANDEM_SLOT_ACTIVE) peaks += segment_.view(static_cast<int>(i)).v.peak_bytes;
   }
   if (shm->gpu_total_bytes && peaks > shm->gpu_total_bytes) {
     std::string who;
@@ -168,12 +185,17 @@ void GpuScheduler::check_admission(tandem_shm_header* shm) {
       const tandem_slot& s = shm->slots[i];
       if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
       who += (who.empty() ? "" : ", ") + std::to_string(s.pid) + ": " +
-             std::to_string(__atomic_load_n(&s.peak_bytes, __ATOMIC_RELAXED) >> 20) + " MiB";
+             std::to_string(segment_.view(static_cast<int>(i)).v.peak_bytes >> 20) + " MiB";
     }
     std::string why = "summed peak memory " + std::to_string(peaks >> 20) + " MiB (" + who + ") exceeds the GPU's " +
                       std::to_string(shm->gpu_total_bytes >> 20) + " MiB: this colocation will run out of memory";
     refusals_.push_back(why);
-    if (!memory_warned_) TANDEM_LOG_WARN("admission refused: {}", why);
+    // Once each time it starts, and at most every 10 s: a client's peak going up and down
+    // every period (a hostile page may) must not flood the log.
+    if (!memory_warned_ && (!memory_warning_ns_ || now_ns >= memory_warning_ns_ + 10000000000ull)) {
+      TANDEM_LOG_WARN("admission refused: {}", why);
+      memory_warning_ns_ = now_ns;
+    }
     memory_warned_ = true;
   } else {
     memory_warned_ = false;
@@ -182,7 +204,7 @@ void GpuScheduler::check_admission(tandem_shm_header* shm) {
   for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
     tandem_slot& s = shm->slots[i];
     if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE || s.role != TANDEM_ROLE_INFERENCE) continue;
-    uint64_t request = __atomic_load_n(&s.request_ns, __ATOMIC_ACQUIRE);
+    uint64_t request = segment_.view(static_cast<int>(i)).v.request_ns;
     if (request == 0 || request <= detector_.longest_bubble_ns()) continue;
     std::string why = "pid " + std::to_string(s.pid) + ": one request takes " + std::to_string(request / 1000) +
                       " us, longer than the longest bubble (" + std::to_string(detector_.longest_bubble_ns() / 1000) +

@@ -57,7 +57,7 @@ class GpuScheduler {
   std::vector<FillerState> fillers_, training_;
   std::vector<OnlineClient> online_;
   std::vector<Grant> grants_;
-  void check_admission(tandem_shm_header* shm);
+  void check_admission(tandem_shm_header* shm, uint64_t now_ns);
   void set_gates(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint32_t gate);
   void apply(tandem_shm_header* shm, const std::vector<Grant>& grants, uint64_t now_ns);
 
@@ -65,6 +65,7 @@ class GpuScheduler {
   std::vector<std::string> refusals_;
   std::set<uint64_t> warned_;  // (slot, generation) already warned about
   bool memory_warned_ = false;
+  uint64_t memory_warning_ns_ = 0;  // when the summed-peak warning was last logged
   bool slo_saturated_warned_ = false;
   uint64_t ticks_ = 0, tick_ns_total_ = 0;
 };

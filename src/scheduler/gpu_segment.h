@@ -1,9 +1,14 @@
-// One GPU's shared memory: the header and the client slots (include/tandem/shm_abi.h).
-// The daemon owns it (a memfd, passed to each client at registration) and reclaims the slot
-// of a client whose socket closed; nothing in it is a lock a dying process could leave held.
+// One GPU's shared memory (include/tandem/shm_abi.h): the segment with the header and the
+// daemon's part of every slot, sealed so that clients can only read it, and for each claimed
+// slot the client's own page, the only memory that client writes. The daemon owns both
+// (memfds, passed to the client at registration), reads every page once per period into a
+// bounded view (client_view.h), and reclaims the slot of a client whose socket closed; nothing
+// in them is a lock a dying process could leave held.
 #pragma once
+#include <array>
 #include <string>
 
+#include "client_view.h"
 #include "tandem/shm_abi.h"
 
 namespace tandem::scheduler {
@@ -20,15 +25,38 @@ class GpuSegment {
   tandem_shm_header* shm() const { return shm_; }
   const std::string& uuid() const { return uuid_; }
 
-  // A free slot, now owned by `pid` with `role`; -1 when all are taken.
+  // A free slot, now owned by `pid` with `role`, with a fresh page; -1 when all are taken
+  // (or no page could be made).
   int claim(int pid, uint32_t role);
-  // Zeroes the slot (its tokens vanish with it) and wakes anything still waiting on it.
+  // Zeroes the slot (its tokens vanish with it), wakes anything still waiting on it and
+  // drops its page.
   void release(int slot);
 
+  // The client's page of an active slot: its descriptor (passed to that client only) and the
+  // daemon's mapping of it (tests write through it as a client would).
+  int page_fd(int slot) const { return pages_[slot].fd; }
+  tandem_client_page* page(int slot) const { return pages_[slot].page; }
+  // Reads every active slot's page into its bounded view (once per period, before deciding).
+  void sample(uint64_t now_ns);
+  const ClientView& view(int slot) const { return pages_[slot].view; }
+
  private:
+  struct Page {
+    int fd = -1;
+    tandem_client_page* page = nullptr;
+    ClientView view;
+    bool warned = false;  // bounded values logged for this client
+  };
+  void drop_page(Page& p);
+
   std::string uuid_;
   int fd_ = -1;
   tandem_shm_header* shm_ = nullptr;
+  std::array<Page, TANDEM_MAX_SLOTS> pages_;
 };
+
+// A memfd of exactly `bytes`, mapped read-write here, then sealed with `seals` (F_SEAL_*):
+// its size can never change under a mapping (no SIGBUS). -1 (and nothing mapped) on failure.
+int make_sealed_memfd(const char* name, size_t bytes, unsigned seals, void** mapping);
 
 }  // namespace tandem::scheduler

@@ -62,9 +62,11 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   if (total && !g->segment().shm()->gpu_total_bytes) g->segment().shm()->gpu_total_bytes = total;
   TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
   nlohmann::json ok = {{"slot", slot}, {"sample_us", options_.scheduler.period_ns / 1000}};
-  // The descriptor needs its own sendmsg: sent directly, after every queued reply (checked
-  // above), on the non-blocking socket; a client whose socket cannot take it is dropped.
-  return send_message_with_fd(client.fd, MessageType::hello_ok, ok.dump(), g->segment().fd());
+  // The descriptors (the GPU's sealed, read-only segment, then the client's own page) need
+  // their own sendmsg: sent directly, after every queued reply (checked above), on the
+  // non-blocking socket; a client whose socket cannot take them is dropped.
+  const int fds[2] = {g->segment().fd(), g->segment().page_fd(slot)};
+  return send_message_with_fds(client.fd, MessageType::hello_ok, ok.dump(), fds, 2);
 }
 
 bool Server::handle_trace(Client& client, const std::string& payload) {
@@ -164,23 +166,29 @@ std::string Server::status_json() const {
   for (const auto& [uuid, g] : gpus_) {
     const BubbleDetector& d = g->detector();
     nlohmann::json slots = nlohmann::json::array();
-    const tandem_shm_header* shm = const_cast<GpuScheduler&>(*g).segment().shm();
+    const GpuSegment& segment = const_cast<GpuScheduler&>(*g).segment();
+    const tandem_shm_header* shm = segment.shm();
     for (uint32_t i = 0; shm && i < TANDEM_MAX_SLOTS; ++i) {
       const tandem_slot& s = shm->slots[i];
       if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
-      slots.push_back({{"slot", i}, {"pid", s.pid}, {"launches", s.launches}, {"nccl_launches", s.nccl_launches},
-                       {"tokens_ns", s.tokens}, {"granted_ns", s.granted_ns}, {"issued_ns", s.issued_ns},
-                       {"completed_ns", s.completed_ns}, {"markers_pending", s.markers_recorded - s.markers_completed},
-                       {"gate", s.gate == TANDEM_GATE_OPEN ? "open" : "tokens"}, {"gate_waits", s.gate_waits},
-                       {"gate_wait_ms", static_cast<double>(s.gate_wait_ns) / 1e6},
-                       {"requests", s.requests}, {"request_ms", static_cast<double>(s.request_ns) / 1e6},
-                       {"admission_waits", s.admission_waits}, {"peak_mib", static_cast<double>(s.peak_bytes) / 1048576.0},
-                       {"admission_wait_ms", static_cast<double>(s.admission_wait_ns) / 1e6},
-                       {"bytes_in_use", s.bytes_in_use}, {"peak_bytes", s.peak_bytes},
-                       {"quota_bytes", s.quota_bytes}, {"assigned_quota_bytes", s.assigned_quota_bytes},
-                       {"quota_refusals", s.quota_refusals}, {"requests_open", s.requests_open},
-                       {"latency_ms", static_cast<double>(s.latency_ns) / 1e6}, {"latency_samples", s.latency_samples},
-                       {"slo_ms", s.slo_us / 1e3}, {"pool_bytes", pool_bytes_of(uuid, i)}});
+      // The client's figures as the daemon last read them, bounded (client_view.h).
+      const ClientView& view = segment.view(static_cast<int>(i));
+      const tandem_client_page& c = view.v;
+      slots.push_back({{"slot", i}, {"pid", s.pid}, {"launches", c.launches}, {"nccl_launches", c.nccl_launches},
+                       {"tokens_ns", static_cast<int64_t>(s.token_limit_ns - c.tokens_taken_ns)},
+                       {"granted_ns", s.granted_ns}, {"issued_ns", c.issued_ns},
+                       {"completed_ns", c.completed_ns}, {"markers_pending", c.markers_recorded - c.markers_completed},
+                       {"gate", s.gate == TANDEM_GATE_OPEN ? "open" : "tokens"}, {"gate_waits", c.gate_waits},
+                       {"gate_wait_ms", static_cast<double>(c.gate_wait_ns) / 1e6},
+                       {"requests", c.requests}, {"request_ms", static_cast<double>(c.request_ns) / 1e6},
+                       {"admission_waits", c.admission_waits}, {"peak_mib", static_cast<double>(c.peak_bytes) / 1048576.0},
+                       {"admission_wait_ms", static_cast<double>(c.admission_wait_ns) / 1e6},
+                       {"bytes_in_use", c.bytes_in_use}, {"peak_bytes", c.peak_bytes},
+                       {"quota_bytes", c.quota_bytes}, {"assigned_quota_bytes", s.assigned_quota_bytes},
+                       {"quota_refusals", c.quota_refusals}, {"requests_open", c.requests_open},
+                       {"latency_ms", static_cast<double>(c.latency_ns) / 1e6}, {"latency_samples", c.latency_samples},
+                       {"slo_ms", c.slo_us / 1e3}, {"pool_bytes", pool_bytes_of(uuid, i)},
+                       {"page_violations", view.violations}});
     }
     nlohmann::json slo = nullptr;
     if (g->policy() == TANDEM_POLICY_SLO) {

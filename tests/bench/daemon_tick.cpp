@@ -36,9 +36,9 @@ int main(int argc, char** argv) {
   for (int k = 0; k < ticks; ++k) {
     // Training busy for 3 periods, then a 2-period bubble; fillers issue and complete work.
     for (int s : slots) {
-      tandem_slot& slot = shm->slots[s];
-      if (slot.role == TANDEM_ROLE_TRAINING && k % 5 < 3) slot.launches += 4, slot.markers_recorded++, slot.markers_completed++;
-      if (slot.role != TANDEM_ROLE_TRAINING) slot.issued_ns += 100000, slot.completed_ns = slot.issued_ns - 50000;
+      tandem_client_page& page = *gpu.segment().page(s);
+      if (shm->slots[s].role == TANDEM_ROLE_TRAINING && k % 5 < 3) page.launches += 4, page.markers_recorded++, page.markers_completed++;
+      if (shm->slots[s].role != TANDEM_ROLE_TRAINING) page.issued_ns += 100000, page.completed_ns = page.issued_ns - 50000;
     }
     t += params.period_ns;
     uint64_t start = now_ns();

@@ -173,8 +173,8 @@ TEST_CASE("GpuScheduler, policy slo: who is gated, and how much may be in flight
   int batch = gpu.segment().claim(400, TANDEM_ROLE_BATCH_INFERENCE);
   uint64_t t = 1000 * kMs;
   auto request = [&](bool open) {
-    shm->slots[online].requests_open = open ? 1 : 0;
-    shm->slots[online].request_activity_ns = t;
+    gpu.segment().page(online)->requests_open = open ? 1 : 0;
+    gpu.segment().page(online)->request_activity_ns = t;
   };
 
   // No training: batch inference is the best-effort job. Idle inference leaves it ungated.
@@ -186,7 +186,8 @@ TEST_CASE("GpuScheduler, policy slo: who is gated, and how much may be in flight
   CHECK(gpu.slo().active());
   CHECK(shm->slots[batch].gate == TANDEM_GATE_TOKENS);
   CHECK(shm->slots[batch].inflight_bound_ns == 500000);  // full duty: the whole window
-  CHECK(shm->slots[batch].tokens > 0);
+  CHECK(static_cast<int64_t>(shm->slots[batch].token_limit_ns - gpu.segment().page(batch)->tokens_taken_ns) > 0);
+  CHECK(shm->slots[online].requests_open == 1);  // published for the gated processes to read
 
   // Training arrives: it becomes the best-effort job; batch inference fills its bubbles,
   // within the same window.

@@ -1,0 +1,39 @@
+#include "link_check.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::hook {
+
+int hello_slot(const std::string& payload, const char** why) noexcept {
+  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);  // never throws
+  if (j.is_discarded() || !j.is_object()) return *why = "the reply is not a JSON object", -1;
+  auto it = j.find("slot");
+  if (it == j.end() || !it->is_number_integer()) return *why = "the reply has no integer slot", -1;
+  // Non-negative integers parse as unsigned: a negative one is signed, and out of range.
+  if (!it->is_number_unsigned() || it->get<uint64_t>() >= TANDEM_MAX_SLOTS) return *why = "the slot is out of range", -1;
+  return static_cast<int>(it->get<uint64_t>());
+}
+
+bool sealed_memfd_of_size(int fd, size_t bytes, const char** why) noexcept {
+  struct stat st{};
+  if (fd < 0) return *why = "no shared-memory descriptor came with the reply", false;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return *why = "a descriptor is not a memory file", false;
+  if (st.st_size != static_cast<off_t>(bytes)) return *why = "a shared-memory segment has the wrong size", false;
+  int seals = fcntl(fd, F_GET_SEALS);
+  constexpr int kNeeded = F_SEAL_SHRINK | F_SEAL_GROW;
+  if (seals < 0 || (seals & kNeeded) != kNeeded) return *why = "a shared-memory segment is not sealed against resizing", false;
+  return true;
+}
+
+bool segment_layout_ok(const tandem_shm_header* shm, const char** why) noexcept {
+  if (shm->magic != TANDEM_SHM_MAGIC) return *why = "the segment's magic is wrong", false;
+  if (shm->version != TANDEM_SHM_VERSION) return *why = "the segment's layout version is not this library's", false;
+  if (shm->size != sizeof(tandem_shm_header) || shm->slot_count != TANDEM_MAX_SLOTS)
+    return *why = "the segment's size or slot count is not this layout's", false;
+  return true;
+}
+
+}  // namespace tandem::hook

@@ -1,0 +1,101 @@
+#include "client_view.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tandem::scheduler {
+
+static_assert(sizeof(tandem_client_page) % 8 == 0 && alignof(tandem_client_page) == 8,
+              "a page is copied in 8-byte words");
+
+tandem_client_page snapshot_page(const tandem_client_page* page) noexcept {
+  uint64_t words[sizeof(tandem_client_page) / 8];
+  const auto* from = reinterpret_cast<const uint64_t*>(page);
+  for (size_t i = 0; i < sizeof words / 8; ++i) words[i] = __atomic_load_n(from + i, __ATOMIC_ACQUIRE);
+  tandem_client_page copy;
+  std::memcpy(&copy, words, sizeof copy);
+  return copy;
+}
+
+namespace {
+
+struct Bounder {
+  ClientView& out;
+  void flag(const char* field) {
+    ++out.violations;
+    out.last_violation = field;
+  }
+  // A counter: never backwards, at most `step` further per period.
+  uint64_t counter(uint64_t previous, uint64_t raw, uint64_t step, const char* field) {
+    if (raw < previous) return flag(field), previous;
+    if (raw - previous > step) return flag(field), previous + step;
+    return raw;
+  }
+  template <typename T>
+  T at_most(T raw, T limit, const char* field) {
+    if (raw > limit) return flag(field), limit;
+    return raw;
+  }
+};
+
+}  // namespace
+
+ClientView bound_client_view(const ClientView& previous, const tandem_client_page& raw, uint64_t now_ns,
+                             uint32_t control_seq) noexcept {
+  ClientView next;
+  next.violations = previous.violations;
+  next.last_violation = previous.last_violation;
+  const tandem_client_page& p = previous.v;
+  tandem_client_page& v = next.v;
+  Bounder b{next};
+  using B = ClientBounds;
+  v.launches = b.counter(p.launches, raw.launches, B::kLaunchesPerPeriod, "launches");
+  v.nccl_launches = b.counter(p.nccl_launches, raw.nccl_launches, B::kLaunchesPerPeriod, "nccl_launches");
+  v.issued_ns = b.counter(p.issued_ns, raw.issued_ns, B::kWorkNsPerPeriod, "issued_ns");
+  v.markers_recorded = b.counter(p.markers_recorded, raw.markers_recorded, B::kLaunchesPerPeriod, "markers_recorded");
+  v.markers_completed = b.counter(p.markers_completed, raw.markers_completed, B::kLaunchesPerPeriod, "markers_completed");
+  v.completed_ns = b.counter(p.completed_ns, raw.completed_ns, B::kWorkNsPerPeriod, "completed_ns");
+  v.nccl_markers_recorded =
+      b.counter(p.nccl_markers_recorded, raw.nccl_markers_recorded, B::kLaunchesPerPeriod, "nccl_markers_recorded");
+  v.nccl_markers_completed =
+      b.counter(p.nccl_markers_completed, raw.nccl_markers_completed, B::kLaunchesPerPeriod, "nccl_markers_completed");
+  v.tokens_taken_ns = b.counter(p.tokens_taken_ns, raw.tokens_taken_ns, B::kWorkNsPerPeriod, "tokens_taken_ns");
+  v.gate_waits = b.counter(p.gate_waits, raw.gate_waits, B::kLaunchesPerPeriod, "gate_waits");
+  v.gate_wait_ns = b.counter(p.gate_wait_ns, raw.gate_wait_ns, B::kWorkNsPerPeriod, "gate_wait_ns");
+  v.requests = b.counter(p.requests, raw.requests, B::kLaunchesPerPeriod, "requests");
+  v.admission_waits = b.counter(p.admission_waits, raw.admission_waits, B::kLaunchesPerPeriod, "admission_waits");
+  v.admission_wait_ns = b.counter(p.admission_wait_ns, raw.admission_wait_ns, B::kWorkNsPerPeriod, "admission_wait_ns");
+  v.quota_refusals = b.counter(p.quota_refusals, raw.quota_refusals, B::kLaunchesPerPeriod, "quota_refusals");
+  // What completed cannot exceed what was issued or recorded (each was bounded above first).
+  if (v.markers_completed > v.markers_recorded) b.flag("markers_completed"), v.markers_completed = v.markers_recorded;
+  if (v.nccl_markers_completed > v.nccl_markers_recorded)
+    b.flag("nccl_markers_completed"), v.nccl_markers_completed = v.nccl_markers_recorded;
+  if (v.completed_ns > v.issued_ns) b.flag("completed_ns"), v.completed_ns = v.issued_ns;
+  // Timestamps: never in the future.
+  v.last_launch_ns = b.at_most(raw.last_launch_ns, now_ns, "last_launch_ns");
+  v.last_completion_ns = b.at_most(raw.last_completion_ns, now_ns, "last_completion_ns");
+  v.heartbeat_ns = b.at_most(raw.heartbeat_ns, now_ns, "heartbeat_ns");
+  v.request_activity_ns = b.at_most(raw.request_activity_ns, now_ns, "request_activity_ns");
+  // Gauges: in range.
+  v.peak_bytes = b.at_most(raw.peak_bytes, B::kMaxBytes, "peak_bytes");
+  v.bytes_in_use = b.at_most(raw.bytes_in_use, B::kMaxBytes, "bytes_in_use");
+  v.quota_bytes = b.at_most(raw.quota_bytes, B::kMaxBytes, "quota_bytes");
+  v.request_ns = b.at_most(raw.request_ns, B::kMaxDurationNs, "request_ns");
+  v.latency_ns = b.at_most(raw.latency_ns, B::kMaxDurationNs, "latency_ns");
+  v.requests_open = b.at_most(raw.requests_open, B::kMaxRequestsOpen, "requests_open");
+  v.slo_us = b.at_most(raw.slo_us, B::kMaxSloUs, "slo_us");
+  // A latency for an interval that has not begun is no measurement: the last one stands.
+  if (raw.latency_seq > control_seq) {
+    b.flag("latency_seq");
+    v.latency_seq = p.latency_seq;
+    v.latency_ns = p.latency_ns;
+    v.latency_samples = p.latency_samples;
+  } else {
+    v.latency_seq = raw.latency_seq;
+    v.latency_samples = raw.latency_samples;
+  }
+  v.progress_wake = raw.progress_wake;  // the client's own futex word: read by nobody else
+  return next;
+}
+
+}  // namespace tandem::scheduler
