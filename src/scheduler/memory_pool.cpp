@@ -22,17 +22,18 @@ MemoryPool::~MemoryPool() {
   for (int fd : pidfds) close(fd);
 }
 
-uint64_t MemoryPool::add(int fd, uint64_t bytes, const std::string& gpu, int owner) {
+uint64_t MemoryPool::add(int fd, uint64_t bytes, const std::string& gpu, int owner, const std::string& domain) {
   uint64_t id = next_id_++;
-  chunks_[id] = PoolChunk{id, fd, bytes, gpu, owner, -1};
+  chunks_[id] = PoolChunk{id, fd, bytes, gpu, owner, -1, domain};
   return id;
 }
 
-std::vector<const PoolChunk*> MemoryPool::take(const std::string& gpu, uint64_t bytes, uint32_t count, int owner) {
+std::vector<const PoolChunk*> MemoryPool::take(const std::string& gpu, uint64_t bytes, uint32_t count, int owner,
+                                               const std::string& domain) {
   std::vector<const PoolChunk*> out;
   for (auto& [id, c] : chunks_) {
     if (out.size() >= count) break;
-    if (!is_free(c) || c.gpu != gpu || c.bytes != bytes) continue;
+    if (!is_free(c) || c.gpu != gpu || c.bytes != bytes || c.domain != domain) continue;
     c.owner = owner;
     out.push_back(&c);
   }
@@ -97,10 +98,10 @@ size_t MemoryPool::chunks_owned(int owner) const {
   return n;
 }
 
-uint64_t MemoryPool::free_bytes(const std::string& gpu, uint64_t chunk_bytes) const {
+uint64_t MemoryPool::free_bytes(const std::string& gpu, uint64_t chunk_bytes, const std::string& domain) const {
   uint64_t bytes = 0;
   for (const auto& [id, c] : chunks_)
-    if (is_free(c) && c.gpu == gpu && c.bytes == chunk_bytes) bytes += c.bytes;
+    if (is_free(c) && c.gpu == gpu && c.bytes == chunk_bytes && c.domain == domain) bytes += c.bytes;
   return bytes;
 }
 

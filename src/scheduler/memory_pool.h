@@ -20,15 +20,20 @@ struct PoolChunk {
   std::string gpu;
   int owner = -1;  // client connection holding it; -1: free
   int orphan_pidfd = -1;  // owner's connection closed, process maybe alive: free when this fires
+  // The trust domain of the process that created it, and of every holder since: a chunk never
+  // leaves it (an imported handle cannot be revoked, and zero-fill at a change of owner
+  // protects only a receiver that cooperates; docs/security.md).
+  std::string domain;
 };
 
 class MemoryPool {
  public:
   ~MemoryPool();
-  // Registers a chunk a client created (the pool keeps `fd`). Its id.
-  uint64_t add(int fd, uint64_t bytes, const std::string& gpu, int owner);
-  // Up to `count` free chunks of `bytes` on `gpu`, now owned by `owner`.
-  std::vector<const PoolChunk*> take(const std::string& gpu, uint64_t bytes, uint32_t count, int owner);
+  // Registers a chunk a client of trust domain `domain` created (the pool keeps `fd`). Its id.
+  uint64_t add(int fd, uint64_t bytes, const std::string& gpu, int owner, const std::string& domain);
+  // Up to `count` free chunks of `bytes` on `gpu` and of `domain`, now owned by `owner`.
+  std::vector<const PoolChunk*> take(const std::string& gpu, uint64_t bytes, uint32_t count, int owner,
+                                     const std::string& domain);
   // Chunks `owner` gave back (others' ids are ignored). How many became free.
   uint32_t release(int owner, const std::vector<uint64_t>& ids);
   // The owner's connection closed. `pidfd` (-1: unknown, taken as gone) tells when the
@@ -38,7 +43,8 @@ class MemoryPool {
   std::vector<std::string> reap_orphans();
 
   uint64_t held_by(int owner) const;
-  uint64_t free_bytes(const std::string& gpu, uint64_t chunk_bytes) const;
+  // Free chunks of `chunk_bytes` on `gpu` that `domain` may take.
+  uint64_t free_bytes(const std::string& gpu, uint64_t chunk_bytes, const std::string& domain) const;
   struct Totals {
     uint64_t chunks = 0, bytes = 0, free_chunks = 0, free_bytes = 0, orphaned_bytes = 0;
   };

@@ -8,13 +8,16 @@
 #include <string>
 
 #include "client_io.h"
+#include "peer_identity.h"
 
 namespace tandem::scheduler {
 
 struct Client {
   int fd = -1;
-  pid_t pid = 0;  // from SO_PEERCRED: a client acts only for its own pid
+  pid_t pid = 0;  // from SO_PEERCRED, in tandemd's PID namespace; never what the client says
   uid_t uid = 0;
+  PeerIdentity peer;         // the kernel's word on who it is (its pidfd is `pidfd` below)
+  std::string trust_domain;  // pooled memory moves only between clients of one domain
   std::string role = "none";
   bool registered = false;  // a valid hello was received
   std::string gpu;          // GPU UUID (hex) it runs on, when it has a role

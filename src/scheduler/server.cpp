@@ -4,10 +4,10 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -66,7 +66,10 @@ void make_parent_dir(const std::string& path) {
 Server::Server(ServerOptions options) : options_(std::move(options)) {}
 
 Server::~Server() {
-  for (const auto& [fd, client] : registry_.clients()) close(fd);
+  for (const auto& [fd, client] : registry_.clients()) {
+    close(fd);
+    if (client.pidfd >= 0) close(client.pidfd);
+  }
   if (listen_fd_ >= 0) {
     close(listen_fd_);
     unlink(options_.socket_path.c_str());
@@ -88,17 +91,28 @@ bool Server::open(std::string& error) {
   make_parent_dir(options_.socket_path);
   unlink(options_.socket_path.c_str());  // a stale socket file from a daemon that died
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  // Owner, group and mode are set before listen(): until then no one can connect.
   if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      chmod(options_.socket_path.c_str(), 0660) != 0 || listen(listen_fd_, 64) != 0) {
+      ((options_.socket_owner != static_cast<uid_t>(-1) || options_.socket_group != static_cast<gid_t>(-1)) &&
+       chown(options_.socket_path.c_str(), options_.socket_owner, options_.socket_group) != 0) ||
+      chmod(options_.socket_path.c_str(), options_.socket_mode) != 0 || listen(listen_fd_, 64) != 0) {
     error = "cannot listen on " + options_.socket_path + ": " + std::strerror(errno);
     return false;
   }
+  struct stat st {};
+  gid_t socket_gid = stat(options_.socket_path.c_str(), &st) == 0 ? st.st_gid : getegid();
+  daemon_uid_ = geteuid();
+  options_.access.finalize(daemon_uid_, socket_gid);
   if (pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
     error = std::string("pipe: ") + std::strerror(errno);
     return false;
   }
   started_ns_ = monotonic_ns();
-  TANDEM_LOG_INFO("tandemd listening on {} (policy {})", options_.socket_path, options_.policy);
+  TANDEM_LOG_INFO("tandemd listening on {} (policy {}, socket uid {} gid {} mode {:04o}; training: {}; inference: {}; "
+                  "batch-inference: {})",
+                  options_.socket_path, options_.policy, st.st_uid, socket_gid, options_.socket_mode,
+                  options_.access.roles["training"].describe(), options_.access.roles["inference"].describe(),
+                  options_.access.roles["batch-inference"].describe());
   return true;
 }
 
@@ -149,14 +163,19 @@ void Server::accept_client() {
   // Non-blocking: no write to a client that does not read may ever stall the loop.
   int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+  PeerIdentity peer;
+  std::string error;
+  if (!read_peer_identity(fd, peer, error)) {
+    TANDEM_LOG_WARN("refusing a connection: {}", error);
     close(fd);
     return;
   }
-  registry_.add(fd, cred.pid, cred.uid, monotonic_ns());
-  TANDEM_LOG_DEBUG("client connected: pid {} uid {}", cred.pid, cred.uid);
+  Client& c = registry_.add(fd, peer.pid, peer.uid, monotonic_ns());
+  c.pidfd = peer.pidfd;  // the Client owns it from here
+  peer.pidfd = -1;
+  c.trust_domain = options_.access.trust_domain(peer);
+  c.peer = std::move(peer);
+  TANDEM_LOG_DEBUG("client connected: pid {} uid {} gid {} cgroup {}", c.pid, c.uid, c.peer.gid, c.peer.container.cgroup);
 }
 
 void Server::drop_stalled_clients(uint64_t now_ns) {
@@ -280,17 +299,19 @@ bool Server::handle(Client& client, const MessageHeader& header, const std::stri
 }
 
 bool Server::handle_hello(Client& client, const std::string& payload) {
+  // The identity is the connection's (SO_PEERCRED); a "pid" in the hello is the client's own
+  // view, which differs in a container's PID namespace, and is ignored.
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer())
-    return reply_error(client, EINVAL, "hello needs a JSON object with an integer pid");
-  if (j["pid"].get<long>() != client.pid)
-    return reply_error(client, EPERM, "a client may act only for its own pid (" + std::to_string(client.pid) + ")");
+  if (j.is_discarded() || !j.is_object()) return reply_error(client, EINVAL, "hello needs a JSON object");
   std::string role = j.value("role", std::string("none"));
-  if (role != "none" && role != "training" && role != "inference" && role != "batch-inference")
-    return reply_error(client, EINVAL, "unknown role '" + role + "'");
+  if (!is_known_role(role)) return reply_error(client, EINVAL, "unknown role '" + role + "'");
   std::string uuid = j.value("gpu", std::string());
   if (client.registered) return reply_error(client, EALREADY, "already registered");
   if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
+  if (std::string why = options_.access.refusal(client.peer, role); !why.empty()) {
+    TANDEM_LOG_INFO("pid {} uid {}: {}", client.pid, client.uid, why);
+    return reply_error(client, EACCES, why);
+  }
   if (role == "none" || uuid.empty()) {
     client.role = role;
     client.registered = true;
@@ -298,11 +319,19 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   }
   if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
     return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
+  if (client.pid <= 0 || client.pidfd < 0)
+    return reply_error(client, EPERM, "tandemd cannot see this process (a PID namespace outside its own)");
+  if (uint32_t cap = options_.access.slot_cap(client.peer, daemon_uid_)) {
+    uint32_t held = static_cast<uint32_t>(std::count_if(registry_.clients().begin(), registry_.clients().end(),
+        [&](const auto& e) { return e.second.uid == client.uid && e.second.gpu == uuid && e.second.slot >= 0; }));
+    if (held >= cap)
+      return reply_error(client, EDQUOT, "uid " + std::to_string(client.uid) + " already holds " + std::to_string(held) +
+                                             " slots on GPU " + uuid + " (max_slots_per_user; docs/security.md)");
+  }
   GpuScheduler* g = gpu(uuid);
   uint32_t code = role == "training" ? TANDEM_ROLE_TRAINING
                   : role == "inference" ? TANDEM_ROLE_INFERENCE : TANDEM_ROLE_BATCH_INFERENCE;
   int slot = g && g->segment().ok() ? g->segment().claim(client.pid, code) : -1;
-  if (slot >= 0) client.pidfd = static_cast<int>(syscall(SYS_pidfd_open, client.pid, 0));
   if (slot < 0) return reply_error(client, ENOSPC, "no free client slot on GPU " + uuid);
   client.role = role;
   client.registered = true;  // only now: a refused hello may be retried
@@ -375,7 +404,10 @@ std::string Server::status_json() const {
   nlohmann::json clients = nlohmann::json::array();
   for (const auto& [fd, c] : registry_.clients()) {
     if (!c.registered) continue;
-    clients.push_back({{"pid", c.pid}, {"uid", c.uid}, {"role", c.role},
+    const ContainerId& k = c.peer.container;
+    clients.push_back({{"pid", c.pid}, {"uid", c.uid}, {"gid", c.peer.gid}, {"role", c.role},
+                       {"container", {{"runtime", k.runtime}, {"id", k.id}, {"pod", k.pod}, {"cgroup", k.cgroup}}},
+                       {"trust_domain", c.trust_domain}, {"pidfd", c.pidfd < 0 ? "none" : c.peer.pidfd_from_peer ? "SO_PEERPIDFD" : "pidfd_open"},
                        {"connected_s", static_cast<double>(now - c.connected_ns) / 1e9}});
   }
   nlohmann::json gpus = nlohmann::json::array();

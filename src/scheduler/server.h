@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "access_policy.h"
 #include "protocol.h"
 #include "gpu_scheduler.h"
 #include "memory_pool.h"
@@ -20,6 +21,11 @@ struct ServerOptions {
   std::string socket_path;
   std::string policy = "fill";
   SchedulerParams scheduler;
+  // Who can reach the socket (docs/security.md): -1 keeps tandemd's own uid and gid.
+  uid_t socket_owner = static_cast<uid_t>(-1);
+  gid_t socket_group = static_cast<gid_t>(-1);
+  mode_t socket_mode = 0660;
+  AccessPolicy access;  // roles, slot caps, trust domains; open() fills in the defaults
 };
 
 class Server {
@@ -88,6 +94,7 @@ class Server {
   };
   std::map<std::string, PoolFigures> pool_figures_;  // by GPU
   uint64_t started_ns_ = 0;
+  uid_t daemon_uid_ = 0;
 };
 
 uint64_t monotonic_ns();

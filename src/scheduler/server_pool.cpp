@@ -45,7 +45,7 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
     if (fd >= 0) close(fd);
     return reply_error(client, EINVAL, "pool_register needs {\"bytes\": int} and the chunk's descriptor");
   }
-  uint64_t id = pool_.add(fd, bytes, client.gpu, client.fd);
+  uint64_t id = pool_.add(fd, bytes, client.gpu, client.fd, client.trust_domain);
   TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, bytes);
   return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump());
 }
@@ -69,7 +69,7 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   if (client.slot < 0) return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
   if (!bytes || !chunk) return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
   uint32_t wanted = static_cast<uint32_t>(std::min<uint64_t>((bytes + chunk - 1) / chunk, 1u << 20));
-  auto given = pool_.take(client.gpu, chunk, wanted, client.fd);
+  auto given = pool_.take(client.gpu, chunk, wanted, client.fd, client.trust_domain);
   if (!send_chunks(client, given, seq)) return false;
   uint32_t n = static_cast<uint32_t>(given.size());
   // A short answer counts when online inference did not get what it asked for; the others
@@ -85,9 +85,10 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   // Only online inference takes memory from training; the others make chunks of their own
   // from the GPU's free memory.
   if (client.role != "inference") return granted(n, "no free chunks in the pool");
+  // Only from training in its own trust domain: another domain's chunks could never reach it.
   std::vector<TrainingHolder> trainings;
   for (const auto& [fd, c] : registry_.clients())
-    if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0)
+    if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0 && c.trust_domain == client.trust_domain)
       trainings.push_back({fd, pool_.held_by(fd), gpu(c.gpu)->segment().shm()->slots[c.slot].assigned_quota_bytes});
   ReclaimPlan plan = plan_reclaim((wanted - n) * chunk, watermark(), chunk, trainings);
   for (const QuotaCut& cut : plan.cuts) {
@@ -99,8 +100,8 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
                     cut.quota >> 20, client.pid);
   }
   if (!plan.taken) {
-    TANDEM_LOG_WARN("memory policy: inference pid {} needs {} MiB; training has nothing left to give", client.pid,
-                    ((wanted - n) * chunk) >> 20);
+    TANDEM_LOG_WARN("memory policy: inference pid {} needs {} MiB; training in its trust domain ({}) has nothing left "
+                    "to give", client.pid, ((wanted - n) * chunk) >> 20, client.trust_domain);
     return granted(n, "training has nothing left to give");
   }
   uint64_t now = monotonic_ns();
@@ -128,7 +129,7 @@ void Server::serve_pool_waits(uint64_t now_ns) {
     Client* c = registry_.find(w.client);
     bool finished = !c;
     if (c) {
-      auto given = pool_.take(c->gpu, w.chunk_bytes, w.wanted - w.given, c->fd);
+      auto given = pool_.take(c->gpu, w.chunk_bytes, w.wanted - w.given, c->fd, c->trust_domain);
       if (!send_chunks(*c, given, w.seq)) {
         disconnect(w.client);  // erases its waits: start over
         i = 0;
@@ -168,14 +169,18 @@ void Server::serve_pool_waits(uint64_t now_ns) {
 void Server::give_back_to_training(const std::string& gpu_uuid) {
   if (!pool_waits_.empty()) return;  // inference is still waiting for memory
   uint64_t chunk = pool_chunk_bytes();
-  uint64_t free_bytes = pool_.free_bytes(gpu_uuid, chunk);
+  // Free memory counts only for training in the trust domain whose chunks it is.
+  std::map<std::string, uint64_t> free_in;
   std::vector<int> fds;
   for (const auto& [fd, c] : registry_.clients()) fds.push_back(fd);
   for (int fd : fds) {
     Client& t = *registry_.find(fd);
     if (t.role != "training" || t.gpu != gpu_uuid || !t.pool_taken_bytes || t.slot < 0) continue;
+    auto [it, fresh] = free_in.try_emplace(t.trust_domain, 0);
+    if (fresh) it->second = pool_.free_bytes(gpu_uuid, chunk, t.trust_domain);
+    uint64_t& free_bytes = it->second;
     uint64_t give = give_back_bytes(free_bytes, watermark(), chunk, t.pool_taken_bytes);
-    if (!give) break;
+    if (!give) continue;
     free_bytes -= give;
     t.pool_taken_bytes -= give;
     uint64_t quota = gpu(t.gpu)->segment().shm()->slots[t.slot].assigned_quota_bytes + give;
