@@ -87,37 +87,39 @@ class OtherUser:
         r, w = os.pipe()
         child = os.fork()
         if child == 0:
-            code = 1
             try:
                 os.close(r)
                 os.setgroups([])
                 os.setgid(self.gid)
                 os.setuid(self.uid)
-                os.write(w, json.dumps(ask_raw(path, msg_type, payload)).encode())
-                code = 0
+                try:
+                    answer = ask_raw(path, msg_type, payload)
+                except OSError as e:  # (None, why): the socket refused this user
+                    answer = (None, f"{type(e).__name__}: {e}")
+                os.write(w, json.dumps(answer).encode())
             finally:
-                os._exit(code)
+                os._exit(0)
         os.close(w)
         with os.fdopen(r) as f:
             text = f.read()
-        _, status = os.waitpid(child, 0)
-        check(status == 0 and text, f"the raw client ran as {self.name}")
+        os.waitpid(child, 0)
+        check(bool(text), f"the raw client ran as {self.name}")
         t, reply = json.loads(text)
         return t, reply
 
 
-def start_daemon(env, config=None):
-    """A root tandemd; `config` (a dict) goes to --config."""
-    args = [os.path.join(env.build, "bin", "tandemd"), "--foreground", "--socket", env.socket, "--log", "info"]
+def start_daemon(env, config=None, args=()):
+    """A root tandemd; `config` (a dict) goes to --config, then `args`."""
+    cmd = [os.path.join(env.build, "bin", "tandemd"), "--foreground", "--socket", env.socket, "--log", "info"]
     if config is not None:
         path = os.path.join(env.tmp, f"tandemd-{time.monotonic_ns()}.json")
         with open(path, "w") as f:
             json.dump(config, f)
-        args += ["--config", path]
-    d = subprocess.Popen(args, env=dict(env.base, TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK=""),
+        cmd += ["--config", path]
+    d = subprocess.Popen(cmd + list(args), env=dict(env.base, TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK=""),
                          stderr=subprocess.PIPE, text=True)
     check(wait_for(lambda: os.path.exists(env.socket) or d.poll() is not None) and d.poll() is None,
-          f"tandemd started with config {json.dumps(config)}")
+          f"tandemd started with config {json.dumps(config)} {' '.join(args)}")
     return d
 
 
@@ -161,6 +163,21 @@ def pool_of(env):
 
 
 def case_roles(env, image, user):
+    # Default socket (tandemd's uid and group, 0660): the other user cannot even connect.
+    d = start_daemon(env)
+    try:
+        t, reply = user.ask(env.socket, HELLO, json.dumps({"role": "batch-inference"}))
+        check(t is None and "PermissionError" in reply, f"by default uid {user.uid} cannot reach the socket ({reply})")
+    finally:
+        stop(d)
+    # Its group owns the socket: its members are trusted with the protected roles.
+    d = start_daemon(env, args=["--socket-group", user.name])
+    try:
+        t, reply = user.ask(env.socket, HELLO, json.dumps({"role": "training", "gpu": GPU}))
+        check(t == HELLO_OK, f"a member of the socket's group registers as training: {reply}")
+    finally:
+        stop(d)
+
     d = start_daemon(env, {"socket_mode": "0666"})
     try:
         hello = lambda role: json.dumps({"role": role, "gpu": GPU})  # noqa: E731
@@ -188,8 +205,13 @@ def case_roles(env, image, user):
         holder = probe(env, image, "hold", 8, "training")
         check(holder.stdout.readline().startswith("ready"), "root's training process is running")
         check(wait_for(lambda: slot_of(env, holder.pid)) is not None, "root's training process registered")
+        ctl = subprocess.run([os.path.join(env.build, "bin", "tandemctl"), "mem", "--set", str(holder.pid), "1M",
+                              "--socket", env.socket], user=user.uid, group=user.gid, extra_groups=[],
+                             capture_output=True, text=True, timeout=10)
+        check(ctl.returncode == 1 and "only root or uid 0" in ctl.stderr,
+              f"uid {user.uid} cannot set root's process's quota with tandemctl mem --set: {ctl.stderr.strip()}")
         t, reply = user.ask(env.socket, QUOTA, json.dumps({"pid": holder.pid, "size": "1M"}))
-        check(t == ERROR and reply["errno"] == 1, f"uid {user.uid} cannot set root's process's quota: {reply}")
+        check(t == ERROR and reply["errno"] == 1, f"nor with a raw request: {reply}")
         check(slot_of(env, holder.pid)["assigned_quota_bytes"] == 0, "the quota is unchanged")
         t, reply = ask_raw(env.socket, QUOTA, json.dumps({"pid": holder.pid, "size": "1G"}))
         check(t == QUOTA_REPLY, f"root can: {reply}")
