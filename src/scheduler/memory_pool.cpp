@@ -105,6 +105,13 @@ uint64_t MemoryPool::free_bytes(const std::string& gpu, uint64_t chunk_bytes, co
   return bytes;
 }
 
+uint64_t MemoryPool::free_bytes_outside(const std::string& gpu, uint64_t chunk_bytes, const std::string& domain) const {
+  uint64_t bytes = 0;
+  for (const auto& [id, c] : chunks_)
+    if (is_free(c) && c.gpu == gpu && c.bytes == chunk_bytes && c.domain != domain) bytes += c.bytes;
+  return bytes;
+}
+
 MemoryPool::Totals MemoryPool::totals(const std::string& gpu) const {
   Totals t;
   for (const auto& [id, c] : chunks_) {

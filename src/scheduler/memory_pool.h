@@ -45,6 +45,8 @@ class MemoryPool {
   uint64_t held_by(int owner) const;
   // Free chunks of `chunk_bytes` on `gpu` that `domain` may take.
   uint64_t free_bytes(const std::string& gpu, uint64_t chunk_bytes, const std::string& domain) const;
+  // Free chunks of `chunk_bytes` on `gpu` that belong to other domains than `domain`.
+  uint64_t free_bytes_outside(const std::string& gpu, uint64_t chunk_bytes, const std::string& domain) const;
   struct Totals {
     uint64_t chunks = 0, bytes = 0, free_chunks = 0, free_bytes = 0, orphaned_bytes = 0;
   };

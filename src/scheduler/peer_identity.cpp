@@ -123,10 +123,16 @@ bool read_peer_identity(int fd, PeerIdentity& out, std::string& error) {
   out.gid = cred.gid;
   // A pid of 0: the peer is in a PID namespace tandemd cannot see into (its parent's); it has
   // no pid here, so it cannot be watched or shown. Uid and gid still hold.
-  gid_t groups[256];
-  socklen_t glen = sizeof groups;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0)
-    out.groups.assign(groups, groups + glen / sizeof(gid_t));
+  // ERANGE: more groups than room; the kernel says how many bytes it needs (at most NGROUPS_MAX).
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 2 && !groups.empty(); ++attempt) {
+    socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {
+      out.groups.assign(groups.begin(), groups.begin() + glen / sizeof(gid_t));
+      break;
+    }
+    groups.resize(errno == ERANGE ? glen / sizeof(gid_t) : 0);
+  }
   int pidfd = -1;
   socklen_t plen = sizeof pidfd;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &plen) == 0 && pidfd >= 0) {

@@ -74,8 +74,10 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   uint32_t n = static_cast<uint32_t>(given.size());
   // A short answer counts when online inference did not get what it asked for; the others
   // are told "none free" as a matter of course and make chunks of their own.
-  auto granted = [&](uint32_t count, const std::string& reason) {
+  auto granted = [&](uint32_t count, std::string reason) {
     if (count < wanted && client.role == "inference") ++pool_figures_[client.gpu].short_answers;
+    if (uint64_t elsewhere = count < wanted ? pool_.free_bytes_outside(client.gpu, chunk, client.trust_domain) : 0)
+      reason += " (" + std::to_string(elsewhere >> 20) + " MiB free belong to other trust domains: not shared)";
     return reply(client, MessageType::pool_granted,
                  nlohmann::json{{"chunks", count}, {"short_bytes", (wanted - count) * chunk}, {"reason", reason},
                                 {"seq", seq}}

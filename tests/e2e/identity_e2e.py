@@ -128,9 +128,9 @@ def stop(d):
     d.wait(timeout=10)
 
 
-def probe_env(env, role, user=None, pool=True):
+def probe_env(env, role, user=None, pool=True, **settings):
     run_env = dict(env.base, TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_ROLE=role,
-                   LD_PRELOAD=os.path.join(env.build, "lib", "libtandem.so"), TANDEM_STATS_FILE="")
+                   LD_PRELOAD=os.path.join(env.build, "lib", "libtandem.so"), TANDEM_STATS_FILE="", **settings)
     if pool:
         run_env["TANDEM_MEM_POOL"] = "1"
     if user:  # the simulator's contention segment is per user (it is created 0600)
@@ -138,10 +138,10 @@ def probe_env(env, role, user=None, pool=True):
     return run_env
 
 
-def probe(env, image, mode, mib, role, user=None, pool=True):
+def probe(env, image, mode, mib, role, user=None, pool=True, **settings):
     cmd = [os.path.join(env.build, "tests", "fixtures", "fixture_pool_probe"), mode, image, str(mib)]
     kw = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    run_env = probe_env(env, role, user, pool)
+    run_env = probe_env(env, role, user, pool, **settings)
     return user.popen(cmd, run_env, **kw) if user else subprocess.Popen(cmd, env=run_env, **kw)
 
 
@@ -256,7 +256,10 @@ def pool_run(env, image, user, joined):
             return
         # Root's process is gone; its chunks are free, but only to root's domain.
         wait_for(lambda: (p := pool_of(env)) and p["free_bytes"] == p["bytes"])
-        done(probe(env, image, "take", 64, "inference", user=user), f"inference of uid {user.uid} (64 MiB)")
+        _, err = done(probe(env, image, "take", 64, "inference", user=user, TANDEM_LOG="info"),
+                      f"inference of uid {user.uid} (64 MiB)")
+        check("32 MiB free belong to other trust domains" in err,
+              f"tandemd's answer says why the free chunks are not its: {[l for l in err.splitlines() if 'short' in l]}")
         pool = pool_of(env)
         check(pool["bytes"] == 96 << 20, f"it reused only its own 32 MiB and made 32 more; root's stayed apart ({pool})")
     finally:

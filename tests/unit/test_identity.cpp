@@ -180,6 +180,8 @@ TEST_CASE("identity: pooled chunks never leave the trust domain that created or 
   CHECK(pool.release(10, {a1}) == 1);
   CHECK(pool.free_bytes(kGpu, chunk, "uid:0") == chunk);
   CHECK(pool.free_bytes(kGpu, chunk, "uid:1000") == 0);
+  CHECK(pool.free_bytes_outside(kGpu, chunk, "uid:1000") == chunk);
+  CHECK(pool.free_bytes_outside(kGpu, chunk, "uid:0") == 0);
   CHECK(pool.take(kGpu, chunk, 2, /*owner*/ 20, "uid:1000").empty());
   // The owner's process is gone: its chunks are free, still only to its domain.
   pool.disconnect(10, -1);
