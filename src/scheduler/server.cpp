@@ -337,8 +337,17 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   client.registered = true;  // only now: a refused hello may be retried
   client.gpu = uuid;
   client.slot = slot;
+  // The GPU's size (for N% quotas and the admission check) comes from a client: the first
+  // report is kept, except that one from a client trusted with a protected role replaces one
+  // from a client that is not (a user let in only as a filler cannot skew others' quotas).
   uint64_t total = j.value("gpu_total_bytes", uint64_t{0});
-  if (total && !g->segment().shm()->gpu_total_bytes) g->segment().shm()->gpu_total_bytes = total;
+  bool trusted = options_.access.refusal(client.peer, "training").empty() ||
+                 options_.access.refusal(client.peer, "inference").empty();
+  bool& known_trusted = gpu_total_trusted_[uuid];
+  if (total && (!g->segment().shm()->gpu_total_bytes || (trusted && !known_trusted))) {
+    g->segment().shm()->gpu_total_bytes = total;
+    known_trusted = trusted;
+  }
   TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
   nlohmann::json ok = {{"slot", slot}, {"sample_us", options_.scheduler.period_ns / 1000}};
   // The descriptor needs its own sendmsg: sent directly, after every queued reply (checked

@@ -95,6 +95,7 @@ class Server {
   std::map<std::string, PoolFigures> pool_figures_;  // by GPU
   uint64_t started_ns_ = 0;
   uid_t daemon_uid_ = 0;
+  std::map<std::string, bool> gpu_total_trusted_;  // by GPU: its size came from a trusted client
 };
 
 uint64_t monotonic_ns();

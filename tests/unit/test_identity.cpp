@@ -2,7 +2,9 @@
 // path, the default and configured role rules, slot caps, the configuration file, and trust
 // domains in the daemon's memory pool; the daemon's answers over a real socket.
 #include <sys/socket.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -226,4 +228,47 @@ TEST_CASE("identity: tandemd refuses a role its configuration does not grant, an
   }
   close(a);
   close(b);
+}
+
+TEST_CASE("identity: a client not trusted with a protected role cannot set the GPU's size for others", "[identity]") {
+  if (getuid() != 0) {
+    WARN("skipped: needs root, to connect as another user");
+    return;
+  }
+  std::string path = "/tmp/tandem-unit-identity2-" + std::to_string(getpid()) + ".sock";
+  ServerOptions options{path, "fill"};
+  options.socket_mode = 0666;
+  RunningServer rs(options);
+  // A filler of uid 65534 reports a GPU of 1 MiB, before and after root's 8 GiB.
+  auto untrusted_hello = [&] {
+    pid_t child = fork();
+    if (child == 0) {
+      if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, path.c_str(), path.size());
+      int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) _exit(4);
+      nlohmann::json hello{{"role", "batch-inference"}, {"gpu", kGpu}, {"gpu_total_bytes", 1 << 20}};
+      MessageHeader h{};
+      std::string reply;
+      bool ok = send_message(fd, MessageType::hello, hello.dump()) && recv_message(fd, h, reply, 2000) == RecvStatus::ok &&
+                h.type == static_cast<uint32_t>(MessageType::hello_ok);
+      _exit(ok ? 0 : 5);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  REQUIRE(untrusted_hello() == 0);
+  int a = connect_to(path);
+  uint32_t type = 0;
+  ask(a, MessageType::hello, nlohmann::json{{"role", "training"}, {"gpu", kGpu}, {"gpu_total_bytes", 8ull << 30}}.dump(),
+      &type);
+  REQUIRE(type == static_cast<uint32_t>(MessageType::hello_ok));
+  REQUIRE(untrusted_hello() == 0);
+  auto quota = ask(a, MessageType::quota_request, nlohmann::json{{"pid", getpid()}, {"size", "50%"}}.dump(), &type);
+  REQUIRE(type == static_cast<uint32_t>(MessageType::quota_reply));
+  CHECK(quota["bytes"] == 4ull << 30);
+  close(a);
 }
