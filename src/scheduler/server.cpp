@@ -414,9 +414,10 @@ std::string Server::status_json() const {
   for (const auto& [fd, c] : registry_.clients()) {
     if (!c.registered) continue;
     const ContainerId& k = c.peer.container;
+    const char* pidfd = c.pidfd < 0 ? "none" : c.peer.pidfd_from_peer ? "SO_PEERPIDFD" : "pidfd_open";
     clients.push_back({{"pid", c.pid}, {"uid", c.uid}, {"gid", c.peer.gid}, {"role", c.role},
                        {"container", {{"runtime", k.runtime}, {"id", k.id}, {"pod", k.pod}, {"cgroup", k.cgroup}}},
-                       {"trust_domain", c.trust_domain}, {"pidfd", c.pidfd < 0 ? "none" : c.peer.pidfd_from_peer ? "SO_PEERPIDFD" : "pidfd_open"},
+                       {"trust_domain", c.trust_domain}, {"pidfd", pidfd},
                        {"connected_s", static_cast<double>(now - c.connected_ns) / 1e9}});
   }
   nlohmann::json gpus = nlohmann::json::array();

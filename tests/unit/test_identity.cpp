@@ -230,7 +230,8 @@ TEST_CASE("identity: tandemd refuses a role its configuration does not grant, an
   close(b);
 }
 
-TEST_CASE("identity: a client not trusted with a protected role cannot set the GPU's size for others", "[identity]") {
+TEST_CASE("identity: the socket's owner is set; a client not trusted with a protected role cannot set the GPU's "
+          "size for others", "[identity]") {
   if (getuid() != 0) {
     WARN("skipped: needs root, to connect as another user");
     return;
@@ -238,7 +239,12 @@ TEST_CASE("identity: a client not trusted with a protected role cannot set the G
   std::string path = "/tmp/tandem-unit-identity2-" + std::to_string(getpid()) + ".sock";
   ServerOptions options{path, "fill"};
   options.socket_mode = 0666;
+  options.socket_owner = 65534;
   RunningServer rs(options);
+  struct stat st {};
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK(st.st_uid == 65534);
+  CHECK((st.st_mode & 0777) == 0666);
   // A filler of uid 65534 reports a GPU of 1 MiB, before and after root's 8 GiB.
   auto untrusted_hello = [&] {
     pid_t child = fork();
