@@ -126,6 +126,23 @@ int trace(const std::string& socket_path, double seconds, const std::string& out
   return 0;
 }
 
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", seconds);
+  return text;
+}
+
+// "docker 4f1c2a9d6e0b" (runtime and short id; the pod when Kubernetes names one), else the
+// cgroup path, as tandemd read it from /proc/<pid>/cgroup.
+std::string container_text(const nlohmann::json& client) {
+  if (!client.contains("container") || !client["container"].is_object()) return "-";
+  const auto& k = client["container"];
+  std::string runtime = k.value("runtime", std::string()), id = k.value("id", std::string());
+  std::string pod = k.value("pod", std::string()), cgroup = k.value("cgroup", std::string());
+  if (runtime.empty()) return cgroup.empty() ? "-" : "cgroup " + cgroup;
+  return runtime + " " + id.substr(0, 12) + (pod.empty() ? "" : " pod " + pod);
+}
+
 int status(const std::string& socket_path, bool json) {
   std::string payload = ask(socket_path, tandem::MessageType::status_request, "{}", tandem::MessageType::status_reply);
   if (json) {
@@ -141,10 +158,11 @@ int status(const std::string& socket_path, bool json) {
   std::printf("tandemd %s  pid %d  policy %s  socket %s  up %.1f s\n", d["version"].get<std::string>().c_str(),
               d["pid"].get<int>(), d["policy"].get<std::string>().c_str(), d["socket"].get<std::string>().c_str(),
               d["uptime_s"].get<double>());
-  std::printf("%-8s %-6s %-16s %s\n", "PID", "UID", "ROLE", "CONNECTED");
+  std::printf("%-8s %-6s %-6s %-16s %-10s %-12s %s\n", "PID", "UID", "GID", "ROLE", "CONNECTED", "TRUST", "CONTAINER");
   for (const auto& c : j["clients"])
-    std::printf("%-8d %-6d %-16s %.1f s\n", c["pid"].get<int>(), c["uid"].get<int>(),
-                c["role"].get<std::string>().c_str(), c["connected_s"].get<double>());
+    std::printf("%-8d %-6d %-6d %-16s %-10s %-12s %s\n", c["pid"].get<int>(), c["uid"].get<int>(), c.value("gid", -1),
+                c["role"].get<std::string>().c_str(), (seconds_text(c["connected_s"].get<double>())).c_str(),
+                c.value("trust_domain", std::string("-")).c_str(), container_text(c).c_str());
   if (j["clients"].empty()) std::printf("(no clients)\n");
   for (const auto& g : j["gpus"]) {
     std::printf("\nGPU %s: %s, fill %s, %llu bubbles (mean %.2f ms, longest %.2f ms; busy mean %.2f ms)\n",

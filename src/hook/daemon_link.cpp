@@ -29,6 +29,8 @@ std::atomic<const tandem_shm_header*> g_shm{nullptr};
 std::atomic<uint32_t> g_link_attempts{0};
 
 namespace {
+// tandemd refused this process's role (EACCES): it runs ungated for good, and says so once.
+std::atomic<bool> g_role_refused{false};
 int g_socket = -1;
 // Held for a whole exchange on the socket; the progress thread only tries it.
 std::mutex g_exchange_mutex;
@@ -120,7 +122,31 @@ uint32_t role_code(const char* role) noexcept {
   return TANDEM_ROLE_NONE;
 }
 
+// Logs a refused hello: a refused role once (and no more attempts), other refusals when their
+// text changes, so that a process retrying every second does not fill its log.
+void note_refusal(const char* path, const std::string& reply) noexcept {
+  static std::mutex mutex;
+  static std::string last;
+  try {
+    nlohmann::json e = nlohmann::json::parse(reply, nullptr, false);
+    int error_number = e.is_object() ? e.value("errno", 0) : 0;
+    std::string message = e.is_object() ? e.value("message", reply) : reply;
+    if (error_number == EACCES) {
+      g_role_refused.store(true, std::memory_order_release);
+      TANDEM_LOG_WARN("tandemd on {} refused role {}: {}; running ungated", path, setting_text(SettingId::TANDEM_ROLE),
+                      message);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    if (message == last) return;
+    last = message;
+    TANDEM_LOG_WARN("tandemd on {} refused registration: {}", path, message);
+  } catch (...) {
+  }
+}
+
 bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noexcept {
+  if (g_role_refused.load(std::memory_order_acquire)) return false;
   const char* path = setting_text(SettingId::TANDEM_SOCKET);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -142,6 +168,7 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
   try {
     char hex[33];
     for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
+    // tandemd takes the pid from the kernel; "pid" stays for older daemons, which compared it.
     nlohmann::json hello = {{"pid", getpid()}, {"role", setting_text(SettingId::TANDEM_ROLE)}, {"gpu", hex},
                             {"gpu_total_bytes", gpu_total_bytes}};
     MessageHeader h{};
@@ -150,7 +177,7 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
     RecvStatus status = recv_message_with_fds(fd, h, reply, fds, 2, received, kHelloTimeoutMs, kMaxHelloReply);
     if (status != RecvStatus::ok) return give_up(recv_status_name(status));
     if (h.type == static_cast<uint32_t>(MessageType::error)) {
-      TANDEM_LOG_WARN("tandemd on {} refused registration: {}", path, reply);
+      note_refusal(path, reply);
       return give_up(nullptr);
     }
     if (h.type != static_cast<uint32_t>(MessageType::hello_ok)) return give_up("the reply to hello is not hello_ok");

@@ -6,9 +6,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
+#include "daemon_config.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -19,13 +20,20 @@ namespace {
 
 const char* kUsage =
     "usage: tandemd [--socket PATH] [--policy fill|slo] [--foreground] [--config FILE] [--log LEVEL]\n"
-    "  --socket PATH   UNIX socket (default: TANDEM_SOCKET, else /run/tandem/tandemd.sock)\n"
-    "  --policy NAME   scheduling policy: fill (default): training protected, fillers use its\n"
-    "                  bubbles; slo: online inference held at its latency target (TANDEM_SLO_MS),\n"
-    "                  training gets the rest\n"
-    "  --foreground    stay in the foreground (default: daemonize)\n"
-    "  --config FILE   JSON object with the same keys: socket, policy, foreground, log\n"
-    "  --log LEVEL     error | warn | info | debug (default: TANDEM_LOG, else info)\n";
+    "               [--socket-owner USER] [--socket-group GROUP] [--socket-mode MODE]\n"
+    "  --socket PATH         UNIX socket (default: TANDEM_SOCKET, else /run/tandem/tandemd.sock)\n"
+    "  --policy NAME         scheduling policy: fill (default): training protected, fillers use its\n"
+    "                        bubbles; slo: online inference held at its latency target (TANDEM_SLO_MS),\n"
+    "                        training gets the rest\n"
+    "  --foreground          stay in the foreground (default: daemonize)\n"
+    "  --config FILE         JSON object: socket, policy, foreground, log, socket_owner, socket_group,\n"
+    "                        socket_mode, roles, max_slots_per_user, max_slots, trust_domains\n"
+    "                        (docs/security.md); arguments after it override it\n"
+    "  --log LEVEL           error | warn | info | debug (default: TANDEM_LOG, else info)\n"
+    "  --socket-owner USER   owner of the socket (default: tandemd's user)\n"
+    "  --socket-group GROUP  group of the socket (default: tandemd's group); its members may\n"
+    "                        register as training and inference unless the config says otherwise\n"
+    "  --socket-mode MODE    octal permissions of the socket (default 0660)\n";
 
 tandem::scheduler::Server* g_server = nullptr;
 void on_signal(int) {
@@ -62,7 +70,8 @@ int level_of(const std::string& name) {
 int main(int argc, char** argv) {
   tandem::load_settings(environ, [](const char* m) noexcept { std::fprintf(stderr, "tandemd: %s\n", m); });
   using tandem::SettingId;
-  tandem::scheduler::ServerOptions options;
+  tandem::scheduler::DaemonConfig config;
+  tandem::scheduler::ServerOptions& options = config.server;
   options.socket_path = tandem::setting_text(SettingId::TANDEM_SOCKET);
   auto us = [](SettingId id) { return static_cast<uint64_t>(tandem::setting_int(id)) * 1000; };
   tandem::scheduler::SchedulerParams& sp = options.scheduler;
@@ -78,9 +87,10 @@ int main(int argc, char** argv) {
   if (sp.slo.control_period_ns < 10 * sp.period_ns) sp.slo.control_period_ns = 10 * sp.period_ns;
   sp.slo.window_ns = us(SettingId::TANDEM_SLO_WINDOW_US);
   sp.slo.idle_ns = us(SettingId::TANDEM_SLO_IDLE_MS) * 1000;
-  bool foreground = false;
-  std::string log = tandem::setting_was_set(tandem::SettingId::TANDEM_LOG)
-                        ? tandem::setting_text(tandem::SettingId::TANDEM_LOG) : "info";
+  bool& foreground = config.foreground;
+  std::string& log = config.log;
+  log = tandem::setting_was_set(tandem::SettingId::TANDEM_LOG) ? tandem::setting_text(tandem::SettingId::TANDEM_LOG)
+                                                                : "info";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -95,15 +105,19 @@ int main(int argc, char** argv) {
       std::string path = value();
       std::ifstream f(path);
       if (!f) fail("cannot read config file " + path);
-      nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) fail(path + " is not a JSON object");
-      for (auto& [key, v] : j.items()) {
-        if (key == "socket" && v.is_string()) options.socket_path = v.get<std::string>();
-        else if (key == "policy" && v.is_string()) options.policy = v.get<std::string>();
-        else if (key == "foreground" && v.is_boolean()) foreground = v.get<bool>();
-        else if (key == "log" && v.is_string()) log = v.get<std::string>();
-        else fail("config " + path + ": unknown key or wrong type: " + key);
-      }
+      std::stringstream text;
+      text << f.rdbuf();
+      std::string error;
+      if (!tandem::scheduler::apply_config(text.str(), config, error)) fail("config " + path + ": " + error);
+    } else if (a == "--socket-owner") {
+      std::string user = value();
+      if (!tandem::scheduler::resolve_user(user, options.socket_owner)) fail("unknown user '" + user + "'");
+    } else if (a == "--socket-group") {
+      std::string group = value();
+      if (!tandem::scheduler::resolve_group(group, options.socket_group)) fail("unknown group '" + group + "'");
+    } else if (a == "--socket-mode") {
+      std::string mode = value();
+      if (!tandem::scheduler::parse_socket_mode(mode, options.socket_mode)) fail("--socket-mode: an octal mode like 0660");
     } else if (a == "--help" || a == "-h") {
       std::printf("%s", kUsage);
       return 0;

@@ -26,17 +26,18 @@ MemoryPool::~MemoryPool() {
   if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
-uint64_t MemoryPool::add(int fd, uint64_t bytes, const std::string& gpu, uint64_t owner) {
+uint64_t MemoryPool::add(int fd, uint64_t bytes, const std::string& gpu, uint64_t owner, const std::string& domain) {
   uint64_t id = next_id_++;
-  chunks_[id] = PoolChunk{id, fd, bytes, gpu, owner, -1};
+  chunks_[id] = PoolChunk{id, fd, bytes, gpu, owner, -1, domain};
   return id;
 }
 
-std::vector<const PoolChunk*> MemoryPool::take(const std::string& gpu, uint64_t bytes, uint32_t count, uint64_t owner) {
+std::vector<const PoolChunk*> MemoryPool::take(const std::string& gpu, uint64_t bytes, uint32_t count, uint64_t owner,
+                                               const std::string& domain) {
   std::vector<const PoolChunk*> out;
   for (auto& [id, c] : chunks_) {
     if (out.size() >= count) break;
-    if (!is_free(c) || c.gpu != gpu || c.bytes != bytes) continue;
+    if (!is_free(c) || c.gpu != gpu || c.bytes != bytes || c.domain != domain) continue;
     c.owner = owner;
     out.push_back(&c);
   }
@@ -148,10 +149,17 @@ size_t MemoryPool::chunks_owned(uint64_t owner) const {
   return n;
 }
 
-uint64_t MemoryPool::free_bytes(const std::string& gpu, uint64_t chunk_bytes) const {
+uint64_t MemoryPool::free_bytes(const std::string& gpu, uint64_t chunk_bytes, const std::string& domain) const {
   uint64_t bytes = 0;
   for (const auto& [id, c] : chunks_)
-    if (is_free(c) && c.gpu == gpu && c.bytes == chunk_bytes) bytes += c.bytes;
+    if (is_free(c) && c.gpu == gpu && c.bytes == chunk_bytes && c.domain == domain) bytes += c.bytes;
+  return bytes;
+}
+
+uint64_t MemoryPool::free_bytes_outside(const std::string& gpu, uint64_t chunk_bytes, const std::string& domain) const {
+  uint64_t bytes = 0;
+  for (const auto& [id, c] : chunks_)
+    if (is_free(c) && c.gpu == gpu && c.bytes == chunk_bytes && c.domain != domain) bytes += c.bytes;
   return bytes;
 }
 

@@ -22,6 +22,10 @@ struct PoolChunk {
   std::string gpu;
   uint64_t owner = 0;  // id of the client connection holding it; 0: free
   int orphan_pidfd = -1;  // owner's connection closed, process maybe alive: free when this fires
+  // The trust domain of the process that created it, and of every holder since: a chunk never
+  // leaves it (an imported handle cannot be revoked, and zero-fill at a change of owner
+  // protects only a receiver that cooperates; docs/security.md).
+  std::string domain;
 };
 
 class MemoryPool {
@@ -30,10 +34,11 @@ class MemoryPool {
   ~MemoryPool();
   MemoryPool(const MemoryPool&) = delete;
   MemoryPool& operator=(const MemoryPool&) = delete;
-  // Registers a chunk a client created (the pool keeps `fd`). Its id.
-  uint64_t add(int fd, uint64_t bytes, const std::string& gpu, uint64_t owner);
-  // Up to `count` free chunks of `bytes` on `gpu`, now owned by `owner`.
-  std::vector<const PoolChunk*> take(const std::string& gpu, uint64_t bytes, uint32_t count, uint64_t owner);
+  // Registers a chunk a client of trust domain `domain` created (the pool keeps `fd`). Its id.
+  uint64_t add(int fd, uint64_t bytes, const std::string& gpu, uint64_t owner, const std::string& domain);
+  // Up to `count` free chunks of `bytes` on `gpu` and of `domain`, now owned by `owner`.
+  std::vector<const PoolChunk*> take(const std::string& gpu, uint64_t bytes, uint32_t count, uint64_t owner,
+                                     const std::string& domain);
   // Chunks `owner` gave back (others' ids are ignored). How many became free.
   uint32_t release(uint64_t owner, const std::vector<uint64_t>& ids);
   // The owner's connection closed. `pidfd` (-1: unknown, taken as gone) tells when the
@@ -49,7 +54,10 @@ class MemoryPool {
   size_t orphan_processes() const { return orphans_.size(); }
   bool has_chunks_on(const std::string& gpu) const;
   uint64_t held_by(uint64_t owner) const;
-  uint64_t free_bytes(const std::string& gpu, uint64_t chunk_bytes) const;
+  // Free chunks of `chunk_bytes` on `gpu` that `domain` may take.
+  uint64_t free_bytes(const std::string& gpu, uint64_t chunk_bytes, const std::string& domain) const;
+  // Free chunks of `chunk_bytes` on `gpu` that belong to other domains than `domain`.
+  uint64_t free_bytes_outside(const std::string& gpu, uint64_t chunk_bytes, const std::string& domain) const;
   struct Totals {
     uint64_t chunks = 0, bytes = 0, free_chunks = 0, free_bytes = 0, orphaned_bytes = 0;
   };

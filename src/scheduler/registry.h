@@ -11,6 +11,7 @@
 #include <string>
 
 #include "client_io.h"
+#include "peer_identity.h"
 
 namespace tandem::scheduler {
 
@@ -20,8 +21,10 @@ struct Client {
   Client(size_t reply_cap, ReplyBudget* budget) : out(reply_cap, budget) {}
   ClientId id = 0;
   int fd = -1;
-  pid_t pid = 0;  // from SO_PEERCRED: a client acts only for its own pid
+  pid_t pid = 0;  // from SO_PEERCRED, in tandemd's PID namespace; never what the client says
   uid_t uid = 0;
+  PeerIdentity peer;         // the kernel's word on who it is (its pidfd is `pidfd` below)
+  std::string trust_domain;  // pooled memory moves only between clients of one domain
   std::string role = "none";
   bool registered = false;  // a valid hello was received
   bool closing = false;     // to be disconnected by the loop at the end of this turn

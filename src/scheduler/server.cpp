@@ -1,8 +1,13 @@
 #include "server.h"
 
-#include <sys/syscall.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -26,17 +31,19 @@ uint64_t monotonic_ns() {
 }
 
 bool Server::handle_hello(Client& client, const std::string& payload) {
+  // The identity is the connection's (SO_PEERCRED); a "pid" in the hello is the client's own
+  // view, which differs in a container's PID namespace, and is ignored.
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer())
-    return reply_error(client, EINVAL, "hello needs a JSON object with an integer pid");
-  if (j["pid"].get<long>() != client.pid)
-    return reply_error(client, EPERM, "a client may act only for its own pid (" + std::to_string(client.pid) + ")");
+  if (j.is_discarded() || !j.is_object()) return reply_error(client, EINVAL, "hello needs a JSON object");
   std::string role = j.value("role", std::string("none"));
-  if (role != "none" && role != "training" && role != "inference" && role != "batch-inference")
-    return reply_error(client, EINVAL, "unknown role '" + role + "'");
+  if (!is_known_role(role)) return reply_error(client, EINVAL, "unknown role '" + role + "'");
   std::string uuid = j.value("gpu", std::string());
   if (client.registered) return reply_error(client, EALREADY, "already registered");
   if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
+  if (std::string why = options_.access.refusal(client.peer, role); !why.empty()) {
+    TANDEM_LOG_INFO("pid {} uid {}: {}", client.pid, client.uid, why);
+    return reply_error(client, EACCES, why);
+  }
   if (role == "none" || uuid.empty()) {
     client.role = role;
     client.registered = true;
@@ -44,12 +51,20 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   }
   if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
     return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
+  if (client.pid <= 0 || client.pidfd < 0)
+    return reply_error(client, EPERM, "tandemd cannot see this process (a PID namespace outside its own)");
+  if (uint32_t cap = options_.access.slot_cap(client.peer, daemon_uid_)) {
+    uint32_t held = static_cast<uint32_t>(std::count_if(registry_.clients().begin(), registry_.clients().end(),
+        [&](const auto& e) { return e.second.uid == client.uid && e.second.gpu == uuid && e.second.slot >= 0; }));
+    if (held >= cap)
+      return reply_error(client, EDQUOT, "uid " + std::to_string(client.uid) + " already holds " + std::to_string(held) +
+                                             " slots on GPU " + uuid + " (max_slots_per_user; docs/security.md)");
+  }
   GpuScheduler* g = gpu_for_hello(uuid);
   if (!g) return reply_error(client, ENOSPC, "tandemd tracks " + std::to_string(options_.limits.gpus) + " GPUs, all in use");
   uint32_t code = role == "training" ? TANDEM_ROLE_TRAINING
                   : role == "inference" ? TANDEM_ROLE_INFERENCE : TANDEM_ROLE_BATCH_INFERENCE;
   int slot = g && g->segment().ok() ? g->segment().claim(client.pid, code) : -1;
-  if (slot >= 0) client.pidfd = static_cast<int>(syscall(SYS_pidfd_open, client.pid, 0));
   if (slot < 0) {
     release_gpu_if_unused(uuid);
     return reply_error(client, ENOSPC, "no free client slot on GPU " + uuid);
@@ -58,8 +73,17 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   client.registered = true;  // only now: a refused hello may be retried
   client.gpu = uuid;
   client.slot = slot;
+  // The GPU's size (for N% quotas and the admission check) comes from a client: the first
+  // report is kept, except that one from a client trusted with a protected role replaces one
+  // from a client that is not (a user let in only as a filler cannot skew others' quotas).
   uint64_t total = j.value("gpu_total_bytes", uint64_t{0});
-  if (total && !g->segment().shm()->gpu_total_bytes) g->segment().shm()->gpu_total_bytes = total;
+  bool trusted = options_.access.refusal(client.peer, "training").empty() ||
+                 options_.access.refusal(client.peer, "inference").empty();
+  bool& known_trusted = gpu_total_trusted_[uuid];
+  if (total && (!g->segment().shm()->gpu_total_bytes || (trusted && !known_trusted))) {
+    g->segment().shm()->gpu_total_bytes = total;
+    known_trusted = trusted;
+  }
   TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
   nlohmann::json ok = {{"slot", slot}, {"sample_us", options_.scheduler.period_ns / 1000}};
   // The descriptors (the GPU's sealed, read-only segment, then the client's own page) need
@@ -159,7 +183,11 @@ std::string Server::status_json() const {
   nlohmann::json clients = nlohmann::json::array();
   for (const auto& [fd, c] : registry_.clients()) {
     if (!c.registered) continue;
-    clients.push_back({{"pid", c.pid}, {"uid", c.uid}, {"role", c.role},
+    const ContainerId& k = c.peer.container;
+    const char* pidfd = c.pidfd < 0 ? "none" : c.peer.pidfd_from_peer ? "SO_PEERPIDFD" : "pidfd_open";
+    clients.push_back({{"pid", c.pid}, {"uid", c.uid}, {"gid", c.peer.gid}, {"role", c.role},
+                       {"container", {{"runtime", k.runtime}, {"id", k.id}, {"pod", k.pod}, {"cgroup", k.cgroup}}},
+                       {"trust_domain", c.trust_domain}, {"pidfd", pidfd},
                        {"connected_s", static_cast<double>(now - c.connected_ns) / 1e9}});
   }
   nlohmann::json gpus = nlohmann::json::array();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "access_policy.h"
 #include "daemon_limits.h"
 #include "protocol.h"
 #include "gpu_scheduler.h"
@@ -26,6 +27,11 @@ struct ServerOptions {
   std::string policy = "fill";
   SchedulerParams scheduler;
   DaemonLimits limits;
+  // Who can reach the socket (docs/security.md): -1 keeps tandemd's own uid and gid.
+  uid_t socket_owner = static_cast<uid_t>(-1);
+  gid_t socket_group = static_cast<gid_t>(-1);
+  mode_t socket_mode = 0660;
+  AccessPolicy access;  // roles, slot caps, trust domains; open() fills in the defaults
 };
 
 class Server {
@@ -121,6 +127,8 @@ class Server {
   };
   std::map<std::string, PoolFigures> pool_figures_;  // by GPU
   uint64_t started_ns_ = 0;
+  uid_t daemon_uid_ = 0;
+  std::map<std::string, bool> gpu_total_trusted_;  // by GPU: its size came from a trusted client
 };
 
 uint64_t monotonic_ns();

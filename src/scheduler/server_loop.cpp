@@ -51,7 +51,10 @@ Server::Server(ServerOptions options)
       registry_(options_.limits.queued_reply_bytes, options_.limits.queued_reply_bytes_total) {}
 
 Server::~Server() {
-  for (const auto& [id, client] : registry_.clients()) close(client.fd);
+  for (const auto& [id, client] : registry_.clients()) {
+    close(client.fd);
+    if (client.pidfd >= 0) close(client.pidfd);
+  }
   if (listen_fd_ >= 0) {
     close(listen_fd_);
     socket_owner_.release();
@@ -75,17 +78,28 @@ bool Server::open(std::string& error) {
     return false;
   }
   socket_owner_.claim(options_.socket_path);
-  if (chmod(options_.socket_path.c_str(), 0660) != 0 || listen(listen_fd_, 64) != 0) {
+  // Owner, group and mode are set before listen(): until then no one can connect.
+  if (((options_.socket_owner != static_cast<uid_t>(-1) || options_.socket_group != static_cast<gid_t>(-1)) &&
+       chown(options_.socket_path.c_str(), options_.socket_owner, options_.socket_group) != 0) ||
+      chmod(options_.socket_path.c_str(), options_.socket_mode) != 0 || listen(listen_fd_, 64) != 0) {
     error = "cannot listen on " + options_.socket_path + ": " + std::strerror(errno);
     return false;
   }
+  struct stat st {};
+  gid_t socket_gid = stat(options_.socket_path.c_str(), &st) == 0 ? st.st_gid : getegid();
+  daemon_uid_ = geteuid();
+  options_.access.finalize(daemon_uid_, socket_gid);
   if (pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
     error = std::string("pipe: ") + std::strerror(errno);
     return false;
   }
   reserve_fd_ = open_reserve_fd();
   started_ns_ = monotonic_ns();
-  TANDEM_LOG_INFO("tandemd listening on {} (policy {})", options_.socket_path, options_.policy);
+  TANDEM_LOG_INFO("tandemd listening on {} (policy {}, socket uid {} gid {} mode {:04o}; training: {}; inference: {}; "
+                  "batch-inference: {})",
+                  options_.socket_path, options_.policy, st.st_uid, socket_gid, options_.socket_mode,
+                  options_.access.roles["training"].describe(), options_.access.roles["inference"].describe(),
+                  options_.access.roles["batch-inference"].describe());
   return true;
 }
 
@@ -165,12 +179,14 @@ void Server::accept_clients() {
       return;
     }
     fd_exhaustion_logged_ = false;
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    PeerIdentity peer;
+    std::string error;
+    if (!read_peer_identity(fd, peer, error)) {
+      TANDEM_LOG_WARN("refusing a connection: {}", error);
       close(fd);
       continue;
     }
+    const ucred cred{peer.pid, peer.uid, peer.gid};
     const DaemonLimits& cap = options_.limits;
     bool too_many = registry_.size() >= cap.connections ||
                     (cred.uid != 0 && registry_.connections_of(cred.uid) >= cap.connections_per_uid);
@@ -182,12 +198,18 @@ void Server::accept_clients() {
       cap_refusal_logged_ = true;
       // A fresh socket's buffer takes the short error: the client learns why.
       send_message(fd, MessageType::error, error_payload(EUSERS, "too many connections to tandemd"));
+      if (peer.pidfd >= 0) close(peer.pidfd);
       close(fd);
       continue;
     }
     cap_refusal_logged_ = false;
-    registry_.add(fd, cred.pid, cred.uid, monotonic_ns());
-    TANDEM_LOG_DEBUG("client connected: pid {} uid {}", cred.pid, cred.uid);
+    Client& c = registry_.add(fd, peer.pid, peer.uid, monotonic_ns());
+    c.pidfd = peer.pidfd;  // the Client owns it from here
+    peer.pidfd = -1;
+    c.trust_domain = options_.access.trust_domain(peer);
+    c.peer = std::move(peer);
+    TANDEM_LOG_DEBUG("client connected: pid {} uid {} gid {} cgroup {}", c.pid, c.uid, c.peer.gid,
+                     c.peer.container.cgroup);
   }
 }
 

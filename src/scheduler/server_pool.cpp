@@ -53,7 +53,7 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
                                            std::to_string(options_.limits.pool_chunks) + " in all)");
   }
   ++client.chunks_registered;
-  uint64_t id = pool_.add(fd, bytes, client.gpu, client.id);
+  uint64_t id = pool_.add(fd, bytes, client.gpu, client.id, client.trust_domain);
   TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, bytes);
   return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump());
 }
@@ -80,13 +80,15 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   if (std::any_of(pool_waits_.begin(), pool_waits_.end(), [&](const PoolWait& w) { return w.client == client.id; }))
     return reply_error(client, EBUSY, "an acquisition of this client is already waiting");
   uint32_t wanted = static_cast<uint32_t>(std::min<uint64_t>((bytes + chunk - 1) / chunk, 1u << 20));
-  auto given = pool_.take(client.gpu, chunk, wanted, client.id);
+  auto given = pool_.take(client.gpu, chunk, wanted, client.id, client.trust_domain);
   if (!send_chunks(client, given, seq)) return false;
   uint32_t n = static_cast<uint32_t>(given.size());
   // A short answer counts when online inference did not get what it asked for; the others
   // are told "none free" as a matter of course and make chunks of their own.
-  auto granted = [&](uint32_t count, const std::string& reason) {
+  auto granted = [&](uint32_t count, std::string reason) {
     if (count < wanted && client.role == "inference") ++pool_figures_[client.gpu].short_answers;
+    if (uint64_t elsewhere = count < wanted ? pool_.free_bytes_outside(client.gpu, chunk, client.trust_domain) : 0)
+      reason += " (" + std::to_string(elsewhere >> 20) + " MiB free belong to other trust domains: not shared)";
     return reply(client, MessageType::pool_granted,
                  nlohmann::json{{"chunks", count}, {"short_bytes", (wanted - count) * chunk}, {"reason", reason},
                                 {"seq", seq}}
@@ -96,9 +98,11 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   // Only online inference takes memory from training; the others make chunks of their own
   // from the GPU's free memory.
   if (client.role != "inference") return granted(n, "no free chunks in the pool");
+  // Only from training in its own trust domain: another domain's chunks could never reach it.
   std::vector<TrainingHolder> trainings;
   for (const auto& [id, c] : registry_.clients())
-    if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0 && !c.closing)
+    if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0 && !c.closing &&
+        c.trust_domain == client.trust_domain)
       trainings.push_back({id, pool_.held_by(id), gpu(c.gpu)->segment().shm()->slots[c.slot].assigned_quota_bytes});
   ReclaimPlan plan = plan_reclaim((wanted - n) * chunk, watermark(), chunk, trainings);
   for (const QuotaCut& cut : plan.cuts) {
@@ -110,8 +114,8 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
                     cut.quota >> 20, client.pid);
   }
   if (!plan.taken) {
-    TANDEM_LOG_WARN("memory policy: inference pid {} needs {} MiB; training has nothing left to give", client.pid,
-                    ((wanted - n) * chunk) >> 20);
+    TANDEM_LOG_WARN("memory policy: inference pid {} needs {} MiB; training in its trust domain ({}) has nothing left "
+                    "to give", client.pid, ((wanted - n) * chunk) >> 20, client.trust_domain);
     return granted(n, "training has nothing left to give");
   }
   uint64_t now = monotonic_ns();
@@ -141,7 +145,7 @@ void Server::serve_pool_waits(uint64_t now_ns) {
     Client* c = registry_.find(w.client);
     bool finished = !c || c->closing;
     if (!finished) {
-      auto given = pool_.take(c->gpu, w.chunk_bytes, w.wanted - w.given, c->id);
+      auto given = pool_.take(c->gpu, w.chunk_bytes, w.wanted - w.given, c->id, c->trust_domain);
       if (!send_chunks(*c, given, w.seq)) {
         // Gone or not reading: the loop disconnects it after this turn, which frees the
         // chunks just taken along with the rest of what it held.
@@ -183,11 +187,15 @@ void Server::serve_pool_waits(uint64_t now_ns) {
 void Server::give_back_to_training(const std::string& gpu_uuid) {
   if (!pool_waits_.empty()) return;  // inference is still waiting for memory
   uint64_t chunk = pool_chunk_bytes();
-  uint64_t free_bytes = pool_.free_bytes(gpu_uuid, chunk);
+  // Free memory counts only for training in the trust domain whose chunks it is.
+  std::map<std::string, uint64_t> free_in;
   for (auto& [id, t] : registry_.clients()) {
     if (t.role != "training" || t.gpu != gpu_uuid || !t.pool_taken_bytes || t.slot < 0) continue;
+    auto [it, fresh] = free_in.try_emplace(t.trust_domain, 0);
+    if (fresh) it->second = pool_.free_bytes(gpu_uuid, chunk, t.trust_domain);
+    uint64_t& free_bytes = it->second;
     uint64_t give = give_back_bytes(free_bytes, watermark(), chunk, t.pool_taken_bytes);
-    if (!give) break;
+    if (!give) continue;
     free_bytes -= give;
     t.pool_taken_bytes -= give;
     uint64_t quota = gpu(t.gpu)->segment().shm()->slots[t.slot].assigned_quota_bytes + give;

@@ -37,18 +37,18 @@ TEST_CASE("pool: an orphan's chunks are freed when its process exits, not before
   REQUIRE(pidfd >= 0);
   MemoryPool pool;
   const std::string gpu = "g";
-  for (int i = 0; i < 100; ++i) pool.add(dev_null(), 4096, gpu, 7);
-  pool.add(dev_null(), 4096, gpu, 8);  // another client's: untouched
+  for (int i = 0; i < 100; ++i) pool.add(dev_null(), 4096, gpu, 7, "uid:0");
+  pool.add(dev_null(), 4096, gpu, 8, "uid:0");  // another client's: untouched
   pool.disconnect(7, pidfd);
   CHECK(pool.orphan_processes() == 1);
   CHECK(pool.totals(gpu).orphaned_bytes == 100 * 4096);
   CHECK(pool.reap_orphans().empty());  // alive: nothing moves
-  CHECK(pool.free_bytes(gpu, 4096) == 0);
+  CHECK(pool.free_bytes(gpu, 4096, "uid:0") == 0);
   REQUIRE(write(go[1], "x", 1) == 1);
   REQUIRE(waitpid(child, nullptr, 0) == child);
   std::vector<std::string> freed_on = pool.reap_orphans();
   CHECK(freed_on == std::vector<std::string>{gpu});
-  CHECK(pool.free_bytes(gpu, 4096) == 100 * 4096);
+  CHECK(pool.free_bytes(gpu, 4096, "uid:0") == 100 * 4096);
   CHECK(pool.orphan_processes() == 0);
   CHECK(pool.held_by(8) == 4096);
   CHECK(pool.reap_orphans().empty());
@@ -58,9 +58,9 @@ TEST_CASE("pool: an orphan's chunks are freed when its process exits, not before
 
 TEST_CASE("pool: chunks follow the client id, not a reused descriptor number", "[daemon]") {
   MemoryPool pool;
-  pool.add(dev_null(), 4096, "g", 3);
+  pool.add(dev_null(), 4096, "g", 3, "uid:0");
   pool.disconnect(3, -1);  // unknown process: taken as gone, the chunk is free
-  auto taken = pool.take("g", 4096, 1, 4);
+  auto taken = pool.take("g", 4096, 1, 4, "uid:0");
   REQUIRE(taken.size() == 1);
   CHECK(pool.release(3, {taken[0]->id}) == 0);  // the old owner's id holds nothing any more
   CHECK(pool.release(0, {taken[0]->id}) == 0);  // nobody (0) releases nothing
@@ -74,8 +74,8 @@ TEST_CASE("pool: a forgotten GPU's chunks and orphan pidfds are closed", "[daemo
     MemoryPool pool;
     int self = static_cast<int>(syscall(SYS_pidfd_open, getpid(), 0));
     REQUIRE(self >= 0);
-    for (int i = 0; i < 10; ++i) pool.add(dev_null(), 4096, "fake", 1);
-    pool.add(dev_null(), 4096, "real", 2);
+    for (int i = 0; i < 10; ++i) pool.add(dev_null(), 4096, "fake", 1, "uid:0");
+    pool.add(dev_null(), 4096, "real", 2, "uid:0");
     pool.disconnect(1, self);  // this process is alive: orphaned
     CHECK(pool.orphan_processes() == 1);
     int held = open_count();

@@ -1,0 +1,280 @@
+// Who a client is and what it may do (docs/security.md): the container named from a cgroup
+// path, the default and configured role rules, slot caps, the configuration file, and trust
+// domains in the daemon's memory pool; the daemon's answers over a real socket.
+#include <sys/socket.h>
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "access_policy.h"
+#include "daemon_config.h"
+#include "memory_pool.h"
+#include "peer_identity.h"
+#include "protocol.h"
+#include "server.h"
+
+using namespace tandem;
+using namespace tandem::scheduler;
+
+namespace {
+
+const std::string kId = "4f1c2a9d6e0b7c3a8d5e2f1b0c9a8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c";
+const std::string kGpu = "00112233445566778899aabbccddeeff";
+
+PeerIdentity who(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
+  PeerIdentity p;
+  p.uid = uid;
+  p.gid = gid;
+  p.groups = std::move(groups);
+  return p;
+}
+
+int connect_to(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+nlohmann::json ask(int fd, MessageType type, const std::string& payload, uint32_t* reply_type) {
+  REQUIRE(send_message(fd, type, payload));
+  MessageHeader h{};
+  std::string reply;
+  REQUIRE(recv_message(fd, h, reply, 2000) == RecvStatus::ok);  // a passed fd is discarded
+  *reply_type = h.type;
+  return nlohmann::json::parse(reply);
+}
+
+struct RunningServer {
+  Server server;
+  std::thread thread;
+  explicit RunningServer(ServerOptions options) : server(std::move(options)) {
+    std::string error;
+    REQUIRE(server.open(error));
+    thread = std::thread([this] { server.run(); });
+  }
+  ~RunningServer() {
+    server.stop();
+    thread.join();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("identity: the container is named from the cgroup path of each runtime", "[identity]") {
+  ContainerId c = container_from_cgroup("0::/system.slice/docker-" + kId + ".scope\n");
+  CHECK(c.runtime == "docker");
+  CHECK(c.id == kId);
+  CHECK(c.cgroup == "/system.slice/docker-" + kId + ".scope");
+
+  c = container_from_cgroup("12:memory:/docker/" + kId + "\n11:cpu:/docker/" + kId + "\n0::/\n");
+  CHECK(c.runtime == "docker");
+  CHECK(c.id == kId);
+  CHECK(c.cgroup == "/docker/" + kId);
+
+  c = container_from_cgroup(
+      "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/"
+      "cri-containerd-" + kId + ".scope\n");
+  CHECK(c.runtime == "containerd");
+  CHECK(c.id == kId);
+  CHECK(c.pod == "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+
+  c = container_from_cgroup("0::/kubepods.slice/kubepods-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/crio-" + kId +
+                            ".scope\n");
+  CHECK(c.runtime == "cri-o");
+  CHECK(c.pod == "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+
+  c = container_from_cgroup("0::/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/" + kId + "\n");
+  CHECK(c.runtime == "kubepods");
+  CHECK(c.id == kId);
+
+  c = container_from_cgroup("0::/machine.slice/libpod-" + kId + ".scope/container\n");
+  CHECK(c.runtime == "podman");
+
+  // No container: the plain path, and no id made up from a name that only looks like one.
+  c = container_from_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n");
+  CHECK(c.runtime.empty());
+  CHECK(c.id.empty());
+  CHECK(c.cgroup == "/user.slice/user-1000.slice/session-3.scope");
+  c = container_from_cgroup("4:memory:/process_api/3638a7ce04ebc254adbb939f307235bd\n1:cpu:/\n0::/\n");
+  CHECK(c.runtime.empty());
+  CHECK(c.cgroup == "/process_api/3638a7ce04ebc254adbb939f307235bd");
+  CHECK(container_from_cgroup("").cgroup.empty());
+}
+
+TEST_CASE("identity: by default only the daemon's uid and the socket's group may hold others back", "[identity]") {
+  AccessPolicy policy;
+  policy.finalize(0, 120);
+  CHECK(policy.refusal(who(0, 0), "training").empty());
+  CHECK(policy.refusal(who(0, 0), "inference").empty());
+  CHECK(policy.refusal(who(1000, 1000), "training").find("not permitted for uid 1000") != std::string::npos);
+  CHECK_FALSE(policy.refusal(who(1000, 1000), "inference").empty());
+  CHECK(policy.refusal(who(1000, 1000), "batch-inference").empty());
+  CHECK(policy.refusal(who(1000, 1000), "none").empty());
+  // The socket's group, as primary or supplementary group.
+  CHECK(policy.refusal(who(1000, 120), "training").empty());
+  CHECK(policy.refusal(who(1000, 1000, {27, 120}), "inference").empty());
+
+  // Slots: the daemon's own uid has no cap, others the default, a configured user its own.
+  CHECK(policy.slot_cap(who(0, 0), 0) == 0);
+  CHECK(policy.slot_cap(who(1000, 1000), 0) == 16);
+  policy.max_slots[1000] = 2;
+  CHECK(policy.slot_cap(who(1000, 1000), 0) == 2);
+
+  // Trust domains: one uid each unless joined.
+  CHECK(policy.trust_domain(who(1000, 1000)) == "uid:1000");
+  AccessPolicy::Domain team{"team", {}};
+  team.members.uids = {1000};
+  team.members.gids = {300};
+  policy.trust_domains.push_back(team);
+  CHECK(policy.trust_domain(who(1000, 1000)) == "team");
+  CHECK(policy.trust_domain(who(1001, 1001, {300})) == "team");
+  CHECK(policy.trust_domain(who(1002, 1002)) == "uid:1002");
+}
+
+TEST_CASE("identity: the configuration file sets the socket, roles, caps and trust domains", "[identity]") {
+  DaemonConfig config;
+  std::string error;
+  REQUIRE(apply_config(R"({"socket": "/tmp/x.sock", "socket_group": "0", "socket_mode": "0666", "policy": "slo",
+      "roles": {"training": ["user:root", "group:12"], "inference": ["*"]},
+      "max_slots_per_user": 4, "max_slots": {"root": 9}, "trust_domains": {"ml": ["user:1000", "group:300"]}})",
+                       config, error));
+  CHECK(config.server.socket_path == "/tmp/x.sock");
+  CHECK(config.server.socket_group == 0);
+  CHECK(config.server.socket_mode == 0666);
+  CHECK(config.server.policy == "slo");
+  AccessPolicy& a = config.server.access;
+  a.finalize(0, 0);
+  CHECK(a.refusal(who(1000, 12), "training").empty());
+  CHECK_FALSE(a.refusal(who(1000, 1000), "training").empty());
+  CHECK(a.refusal(who(1000, 1000), "inference").empty());
+  CHECK(a.refusal(who(1000, 1000), "batch-inference").empty());  // not configured: the default
+  CHECK(a.slot_cap(who(1000, 1000), 0) == 4);
+  CHECK(a.slot_cap(who(0, 0), 0) == 9);
+  CHECK(a.trust_domain(who(7, 300)) == "ml");
+
+  // Mistakes are errors naming the key, never a silent default.
+  for (const char* bad : {R"({"sockt": "/x"})", R"({"roles": {"trainer": ["*"]}})",
+                          R"({"roles": {"training": ["alice"]}})", R"({"roles": {"training": ["user:no-such-user-x"]}})",
+                          R"({"socket_mode": "0999"})", R"({"socket_mode": 660})", R"({"trust_domains": {"a:b": []}})",
+                          R"({"max_slots_per_user": -1})", "[]", "not json"}) {
+    DaemonConfig c;
+    CHECK_FALSE(apply_config(bad, c, error));
+    CHECK_FALSE(error.empty());
+  }
+}
+
+TEST_CASE("identity: pooled chunks never leave the trust domain that created or held them", "[identity]") {
+  MemoryPool pool;
+  const uint64_t chunk = 4 << 20;
+  auto fd = [] { return dup(STDERR_FILENO); };
+  uint64_t a1 = pool.add(fd(), chunk, kGpu, /*owner*/ 10, "uid:0");
+  pool.add(fd(), chunk, kGpu, 10, "uid:0");
+  CHECK(pool.release(10, {a1}) == 1);
+  CHECK(pool.free_bytes(kGpu, chunk, "uid:0") == chunk);
+  CHECK(pool.free_bytes(kGpu, chunk, "uid:1000") == 0);
+  CHECK(pool.free_bytes_outside(kGpu, chunk, "uid:1000") == chunk);
+  CHECK(pool.free_bytes_outside(kGpu, chunk, "uid:0") == 0);
+  CHECK(pool.take(kGpu, chunk, 2, /*owner*/ 20, "uid:1000").empty());
+  // The owner's process is gone: its chunks are free, still only to its domain.
+  pool.disconnect(10, -1);
+  CHECK(pool.take(kGpu, chunk, 2, 20, "uid:1000").empty());
+  auto same = pool.take(kGpu, chunk, 2, 30, "uid:0");
+  REQUIRE(same.size() == 2);
+  CHECK(same[0]->domain == "uid:0");
+}
+
+TEST_CASE("identity: tandemd refuses a role its configuration does not grant, and caps slots", "[identity]") {
+  std::string path = "/tmp/tandem-unit-identity-" + std::to_string(getpid()) + ".sock";
+  ServerOptions options{path, "fill"};
+  options.access.roles["training"] = Principals{};  // nobody
+  options.access.max_slots[getuid()] = 1;
+  options.socket_mode = 0600;
+  RunningServer rs(options);
+  struct stat st {};
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+
+  int a = connect_to(path), b = connect_to(path);
+  uint32_t type = 0;
+  auto refused = ask(a, MessageType::hello, nlohmann::json{{"role", "training"}, {"gpu", kGpu}}.dump(), &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::error));
+  CHECK(refused["errno"] == EACCES);
+  CHECK(refused["message"].get<std::string>().find("not permitted") != std::string::npos);
+  // Refused roles leave the connection usable; a permitted role registers (no pid in the hello).
+  ask(a, MessageType::hello, nlohmann::json{{"role", "batch-inference"}, {"gpu", kGpu}}.dump(), &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::hello_ok));
+  auto capped = ask(b, MessageType::hello, nlohmann::json{{"role", "batch-inference"}, {"gpu", kGpu}}.dump(), &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::error));
+  CHECK(capped["errno"] == EDQUOT);
+  ask(b, MessageType::hello, nlohmann::json{{"role", "none"}}.dump(), &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::hello_ok));
+
+  auto status = ask(b, MessageType::status_request, "{}", &type);
+  REQUIRE(status["clients"].size() == 2);
+  for (const auto& c : status["clients"]) {
+    CHECK(c["pid"] == getpid());
+    CHECK(c["trust_domain"] == "uid:" + std::to_string(getuid()));
+    CHECK(c["container"]["cgroup"].is_string());
+  }
+  close(a);
+  close(b);
+}
+
+TEST_CASE("identity: the socket's owner is set; a client not trusted with a protected role cannot set the GPU's "
+          "size for others", "[identity]") {
+  if (getuid() != 0) {
+    WARN("skipped: needs root, to connect as another user");
+    return;
+  }
+  std::string path = "/tmp/tandem-unit-identity2-" + std::to_string(getpid()) + ".sock";
+  ServerOptions options{path, "fill"};
+  options.socket_mode = 0666;
+  options.socket_owner = 65534;
+  RunningServer rs(options);
+  struct stat st {};
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK(st.st_uid == 65534);
+  CHECK((st.st_mode & 0777) == 0666);
+  // A filler of uid 65534 reports a GPU of 1 MiB, before and after root's 8 GiB.
+  auto untrusted_hello = [&] {
+    pid_t child = fork();
+    if (child == 0) {
+      if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, path.c_str(), path.size());
+      int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) _exit(4);
+      nlohmann::json hello{{"role", "batch-inference"}, {"gpu", kGpu}, {"gpu_total_bytes", 1 << 20}};
+      MessageHeader h{};
+      std::string reply;
+      bool ok = send_message(fd, MessageType::hello, hello.dump()) && recv_message(fd, h, reply, 2000) == RecvStatus::ok &&
+                h.type == static_cast<uint32_t>(MessageType::hello_ok);
+      _exit(ok ? 0 : 5);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  REQUIRE(untrusted_hello() == 0);
+  int a = connect_to(path);
+  uint32_t type = 0;
+  ask(a, MessageType::hello, nlohmann::json{{"role", "training"}, {"gpu", kGpu}, {"gpu_total_bytes", 8ull << 30}}.dump(),
+      &type);
+  REQUIRE(type == static_cast<uint32_t>(MessageType::hello_ok));
+  REQUIRE(untrusted_hello() == 0);
+  auto quota = ask(a, MessageType::quota_request, nlohmann::json{{"pid", getpid()}, {"size", "50%"}}.dump(), &type);
+  REQUIRE(type == static_cast<uint32_t>(MessageType::quota_reply));
+  CHECK(quota["bytes"] == 4ull << 30);
+  close(a);
+}
