@@ -160,6 +160,11 @@ std::string Server::status_json() const {
     clients.push_back({{"pid", c.pid}, {"uid", c.uid}, {"role", c.role},
                        {"connected_s", static_cast<double>(now - c.connected_ns) / 1e9}});
   }
+  const auto pooled = pool_bytes_by_slot();
+  auto pooled_bytes = [&](const std::string& uuid, uint32_t slot) {
+    auto it = pooled.find({uuid, static_cast<int>(slot)});
+    return it == pooled.end() ? uint64_t{0} : it->second;
+  };
   nlohmann::json gpus = nlohmann::json::array();
   for (const auto& [uuid, g] : gpus_) {
     const BubbleDetector& d = g->detector();
@@ -180,7 +185,7 @@ std::string Server::status_json() const {
                        {"quota_bytes", s.quota_bytes}, {"assigned_quota_bytes", s.assigned_quota_bytes},
                        {"quota_refusals", s.quota_refusals}, {"requests_open", s.requests_open},
                        {"latency_ms", static_cast<double>(s.latency_ns) / 1e6}, {"latency_samples", s.latency_samples},
-                       {"slo_ms", s.slo_us / 1e3}, {"pool_bytes", pool_bytes_of(uuid, i)}});
+                       {"slo_ms", s.slo_us / 1e3}, {"pool_bytes", pooled_bytes(uuid, i)}});
     }
     nlohmann::json slo = nullptr;
     if (g->policy() == TANDEM_POLICY_SLO) {
