@@ -158,6 +158,13 @@ int status(const std::string& socket_path, bool json) {
   std::printf("tandemd %s  pid %d  policy %s  socket %s  up %.1f s\n", d["version"].get<std::string>().c_str(),
               d["pid"].get<int>(), d["policy"].get<std::string>().c_str(), d["socket"].get<std::string>().c_str(),
               d["uptime_s"].get<double>());
+  if (d.contains("holds") && d["holds"].is_object()) {  // what clients made it hold (docs/scheduler.md)
+    const auto& h = d["holds"];
+    std::printf("holds %llu connections, %llu GPU states, %llu pool chunks, %llu passed fds, %llu processes' "
+                "orphaned chunks, %.1f KiB of unread replies\n",
+                h.value("clients", 0ull), h.value("gpus", 0ull), h.value("pool_chunks", 0ull),
+                h.value("passed_fds", 0ull), h.value("orphan_processes", 0ull), h.value("reply_bytes", 0.0) / 1024);
+  }
   std::printf("%-8s %-6s %-6s %-16s %-10s %-12s %s\n", "PID", "UID", "GID", "ROLE", "CONNECTED", "TRUST", "CONTAINER");
   for (const auto& c : j["clients"])
     std::printf("%-8d %-6d %-6d %-16s %-10s %-12s %s\n", c["pid"].get<int>(), c["uid"].get<int>(), c.value("gid", -1),

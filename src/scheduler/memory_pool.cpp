@@ -26,9 +26,21 @@ MemoryPool::~MemoryPool() {
   if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
+void MemoryPool::own(uint64_t owner, uint64_t bytes) {
+  if (owner) held_[owner] += bytes;
+}
+
+void MemoryPool::disown(uint64_t owner, uint64_t bytes) {
+  auto it = held_.find(owner);
+  if (it == held_.end()) return;
+  it->second -= std::min(it->second, bytes);
+  if (!it->second) held_.erase(it);
+}
+
 uint64_t MemoryPool::add(int fd, uint64_t bytes, const std::string& gpu, uint64_t owner, const std::string& domain) {
   uint64_t id = next_id_++;
   chunks_[id] = PoolChunk{id, fd, bytes, gpu, owner, -1, domain};
+  own(owner, bytes);
   return id;
 }
 
@@ -39,6 +51,7 @@ std::vector<const PoolChunk*> MemoryPool::take(const std::string& gpu, uint64_t 
     if (out.size() >= count) break;
     if (!is_free(c) || c.gpu != gpu || c.bytes != bytes || c.domain != domain) continue;
     c.owner = owner;
+    own(owner, c.bytes);
     out.push_back(&c);
   }
   return out;
@@ -50,6 +63,7 @@ uint32_t MemoryPool::release(uint64_t owner, const std::vector<uint64_t>& ids) {
     auto it = chunks_.find(id);
     if (it == chunks_.end() || it->second.owner != owner || owner == 0) continue;
     it->second.owner = 0;
+    disown(owner, it->second.bytes);
     ++n;
   }
   return n;
@@ -60,6 +74,7 @@ void MemoryPool::disconnect(uint64_t owner, int pidfd) {
   for (auto& [id, c] : chunks_) {
     if (c.owner != owner || owner == 0) continue;
     c.owner = 0;
+    disown(owner, c.bytes);
     if (pidfd >= 0) {
       c.orphan_pidfd = pidfd;
       ids.push_back(id);
@@ -122,6 +137,7 @@ void MemoryPool::forget_gpu(const std::string& gpu) {
       continue;
     }
     if (it->second.orphan_pidfd >= 0) pidfds.push_back(it->second.orphan_pidfd);
+    disown(it->second.owner, it->second.bytes);
     close(it->second.fd);
     it = chunks_.erase(it);
   }
@@ -137,10 +153,8 @@ bool MemoryPool::has_chunks_on(const std::string& gpu) const {
 }
 
 uint64_t MemoryPool::held_by(uint64_t owner) const {
-  uint64_t bytes = 0;
-  for (const auto& [id, c] : chunks_)
-    if (c.owner == owner) bytes += c.bytes;
-  return bytes;
+  auto it = held_.find(owner);
+  return it == held_.end() ? 0 : it->second;
 }
 
 size_t MemoryPool::chunks_owned(uint64_t owner) const {

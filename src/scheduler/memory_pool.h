@@ -67,8 +67,12 @@ class MemoryPool {
  private:
   void free_orphan(int pidfd, std::vector<std::string>& gpus);
 
+  void own(uint64_t owner, uint64_t bytes);
+  void disown(uint64_t owner, uint64_t bytes);
+
   std::map<uint64_t, PoolChunk> chunks_;  // by id
   uint64_t next_id_ = 1;
+  std::map<uint64_t, uint64_t> held_;  // owner -> bytes it holds: the status asks per slot
   std::map<int, std::vector<uint64_t>> orphans_;  // exited-or-not process's pidfd -> its chunks
   int epoll_fd_ = -1;  // watches the orphans' pidfds (readable when the process exited)
   std::vector<int> unwatched_;  // orphans epoll could not take: polled each tick instead

@@ -190,6 +190,11 @@ std::string Server::status_json() const {
                        {"trust_domain", c.trust_domain}, {"pidfd", pidfd},
                        {"connected_s", static_cast<double>(now - c.connected_ns) / 1e9}});
   }
+  const auto pooled = pool_bytes_by_slot();
+  auto pooled_bytes = [&](const std::string& uuid, uint32_t slot) {
+    auto it = pooled.find({uuid, static_cast<int>(slot)});
+    return it == pooled.end() ? uint64_t{0} : it->second;
+  };
   nlohmann::json gpus = nlohmann::json::array();
   for (const auto& [uuid, g] : gpus_) {
     const BubbleDetector& d = g->detector();
@@ -215,7 +220,7 @@ std::string Server::status_json() const {
                        {"quota_bytes", c.quota_bytes}, {"assigned_quota_bytes", s.assigned_quota_bytes},
                        {"quota_refusals", c.quota_refusals}, {"requests_open", c.requests_open},
                        {"latency_ms", static_cast<double>(c.latency_ns) / 1e6}, {"latency_samples", c.latency_samples},
-                       {"slo_ms", c.slo_us / 1e3}, {"pool_bytes", pool_bytes_of(uuid, i)},
+                       {"slo_ms", c.slo_us / 1e3}, {"pool_bytes", pooled_bytes(uuid, i)},
                        {"page_violations", view.violations}});
     }
     nlohmann::json slo = nullptr;

@@ -91,7 +91,8 @@ class Server {
   void set_quota(Client& client, uint64_t bytes);
   void pool_tick(uint64_t now_ns);
   nlohmann::json pool_status(const std::string& gpu) const;
-  uint64_t pool_bytes_of(const std::string& gpu, uint32_t slot) const;
+  // Pooled bytes per (GPU, slot), from one pass over the clients (the status asks per slot).
+  std::map<std::pair<std::string, int>, uint64_t> pool_bytes_by_slot() const;
   // The GPU's state; null when there is none.
   GpuScheduler* gpu(const std::string& uuid);
   // The GPU's state, created if needed (within the GPU cap); null when at the cap.

@@ -234,7 +234,8 @@ void Server::shed_connection(uint64_t now_ns) {
 void Server::drop_stalled_clients(uint64_t now_ns) {
   for (auto& [id, c] : registry_.clients()) {
     uint64_t since = c.in.partial_since_ns();
-    if (c.closing || !since || now_ns <= since + limits::kMessageTimeoutNs) continue;
+    // Whole messages waiting for their turn are the daemon's delay, not the client's.
+    if (c.closing || !since || now_ns <= since + limits::kMessageTimeoutNs || c.in.has_message()) continue;
     TANDEM_LOG_WARN("client pid {}: message left incomplete for {} ms; disconnecting", c.pid,
                     limits::kMessageTimeoutNs / 1000000);
     reply_error(c, EPROTO, "message incomplete for too long");

@@ -216,10 +216,11 @@ void Server::pool_tick(uint64_t now_ns) {
   for (const std::string& g : freed_on) give_back_to_training(g);
 }
 
-uint64_t Server::pool_bytes_of(const std::string& gpu_uuid, uint32_t slot) const {
+std::map<std::pair<std::string, int>, uint64_t> Server::pool_bytes_by_slot() const {
+  std::map<std::pair<std::string, int>, uint64_t> bytes;
   for (const auto& [id, c] : registry_.clients())
-    if (c.gpu == gpu_uuid && c.slot == static_cast<int>(slot)) return pool_.held_by(id);
-  return 0;
+    if (c.slot >= 0) bytes[{c.gpu, c.slot}] = pool_.held_by(id);
+  return bytes;
 }
 
 nlohmann::json Server::pool_status(const std::string& gpu_uuid) const {

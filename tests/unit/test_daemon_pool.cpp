@@ -65,7 +65,19 @@ TEST_CASE("pool: chunks follow the client id, not a reused descriptor number", "
   CHECK(pool.release(3, {taken[0]->id}) == 0);  // the old owner's id holds nothing any more
   CHECK(pool.release(0, {taken[0]->id}) == 0);  // nobody (0) releases nothing
   CHECK(pool.held_by(4) == 4096);
+  CHECK(pool.held_by(3) == 0);
   CHECK(pool.release(4, {taken[0]->id}) == 1);
+  CHECK(pool.held_by(4) == 0);
+  // What each owner holds is kept as chunks move (the status asks it per slot).
+  pool.add(dev_null(), 4096, "g", 5);
+  pool.add(dev_null(), 8192, "g", 5);
+  CHECK(pool.held_by(5) == 12288);
+  pool.take("g", 4096, 1, 6);
+  CHECK(pool.held_by(6) == 4096);
+  pool.disconnect(5, -1);
+  CHECK(pool.held_by(5) == 0);
+  pool.forget_gpu("g");
+  CHECK(pool.held_by(6) == 0);
 }
 
 TEST_CASE("pool: a forgotten GPU's chunks and orphan pidfds are closed", "[daemon]") {
