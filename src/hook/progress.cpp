@@ -33,6 +33,9 @@ struct Marker {
   uint64_t recorded_at = 0;
   uint64_t gate_waits = 0;  // the slot's gate_waits when recorded
   bool nccl = false;  // behind an NCCL kernel: tells when the collective is over
+  // The page it was counted in: one recorded before tandemd restarted completes into nothing
+  // (the new page's counters start again from zero; its issued_ns would look like a lie).
+  const tandem_client_page* page = nullptr;
 };
 std::mutex g_marker_mutex;
 Marker g_ring[kMarkers];
@@ -56,6 +59,7 @@ bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   m.recorded_at = monotonic_ns();
   m.gate_waits = __atomic_load_n(&page->gate_waits, __ATOMIC_RELAXED);
   m.nccl = nccl;
+  m.page = page;
   ++g_head;
   if (nccl) {
     __atomic_fetch_add(&page->nccl_markers_recorded, 1, __ATOMIC_RELEASE);
@@ -104,12 +108,14 @@ void poll_markers_locked(uint64_t now) {
     // Calibration compares two compute markers; a collective's length says nothing of the
     // process's kernel cost.
     const Marker* previous = g_tail > 0 ? &g_ring[(g_tail - 1) % kMarkers] : nullptr;
-    if (q == CUDA_SUCCESS && previous && !m.nccl && !previous->nccl) calibrate(*previous, m, now);
+    if (q == CUDA_SUCCESS && previous && !m.nccl && !previous->nccl && previous->page == m.page)
+      calibrate(*previous, m, now);
     ++g_tail;
     g_last_completion = now;
-    if (page && m.nccl) {
+    if (!page || m.page != page) continue;
+    if (m.nccl) {
       __atomic_fetch_add(&page->nccl_markers_completed, 1, __ATOMIC_RELEASE);
-    } else if (page) {
+    } else {
       __atomic_store_n(&page->completed_ns, m.issued_ns, __ATOMIC_RELEASE);
       __atomic_store_n(&page->last_completion_ns, now, __ATOMIC_RELEASE);
       __atomic_fetch_add(&page->markers_completed, 1, __ATOMIC_RELEASE);

@@ -40,14 +40,10 @@ struct Bounder {
 
 }  // namespace
 
-ClientView bound_client_view(const ClientView& previous, const tandem_client_page& raw, uint64_t now_ns,
-                             uint32_t control_seq) noexcept {
-  ClientView next;
-  next.violations = previous.violations;
-  next.last_violation = previous.last_violation;
-  const tandem_client_page& p = previous.v;
-  tandem_client_page& v = next.v;
-  Bounder b{next};
+void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t now_ns, uint32_t control_seq) noexcept {
+  const tandem_client_page p = view.v;  // the previous values (fields are overwritten below)
+  tandem_client_page& v = view.v;
+  Bounder b{view};
   using B = ClientBounds;
   v.launches = b.counter(p.launches, raw.launches, B::kLaunchesPerPeriod, "launches");
   v.nccl_launches = b.counter(p.nccl_launches, raw.nccl_launches, B::kLaunchesPerPeriod, "nccl_launches");
@@ -95,7 +91,6 @@ ClientView bound_client_view(const ClientView& previous, const tandem_client_pag
     v.latency_samples = raw.latency_samples;
   }
   v.progress_wake = raw.progress_wake;  // the client's own futex word: read by nobody else
-  return next;
 }
 
 }  // namespace tandem::scheduler

@@ -34,9 +34,9 @@ struct ClientView {
 // Copies a page with one atomic load per 8-byte word (no torn 64-bit field).
 tandem_client_page snapshot_page(const tandem_client_page* page) noexcept;
 
-// `raw` bounded against `previous`: the next view. `now_ns` bounds timestamps, `control_seq`
-// the latency interval a client may claim to have measured.
-ClientView bound_client_view(const ClientView& previous, const tandem_client_page& raw, uint64_t now_ns,
-                             uint32_t control_seq) noexcept;
+// `raw` bounded against the view it replaces (in place: the daemon does this for every client
+// every period). `now_ns` bounds timestamps, `control_seq` the latency interval a client may
+// claim to have measured.
+void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t now_ns, uint32_t control_seq) noexcept;
 
 }  // namespace tandem::scheduler

@@ -104,7 +104,7 @@ void GpuSegment::sample(uint64_t now_ns) {
     Page& p = pages_[i];
     if (!p.page || __atomic_load_n(&shm_->slots[i].state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
     uint64_t before = p.view.violations;
-    p.view = bound_client_view(p.view, snapshot_page(p.page), now_ns, control_seq);
+    bound_client_view(p.view, snapshot_page(p.page), now_ns, control_seq);
     if (p.view.violations != before && !p.warned) {  // once per client: a hostile one must not flood the log
       p.warned = true;
       TANDEM_LOG_WARN("client pid {} (slot {}) wrote implausible values to its page ({} first); they are bounded",

@@ -14,8 +14,11 @@ writable memfd or whose hook trusts what arrives at TANDEM_SOCKET.
   fork            a parent's thread holds the hook's exchange and pool locks (tandemd is slow
                   to answer a pool request) while another thread forks; the child uses CUDA
                   and finishes.
+  restart         a training process whose queued work spans a tandemd restart writes only
+                  plausible values to its new page (nothing recorded before the restart
+                  completes into it).
 
-usage: shm_attack_e2e.py BUILD_DIR KERNEL_IMAGE hostile-client|fake-daemon|fork
+usage: shm_attack_e2e.py BUILD_DIR KERNEL_IMAGE hostile-client|fake-daemon|fork|restart
 """
 import ctypes
 import errno
@@ -309,6 +312,43 @@ def fork_case(env, build, image):
                               f"({time.monotonic() - start:.1f} s): {p.stdout.strip()} {p.stderr[-400:].strip()}")
 
 
+# ---------------------------------------------------------------- restart
+def restart_case(env, build, image):
+    """Not an attack: the benign client must never look like one. A training process whose
+    queued GPU work (1.6 s per iteration) spans a tandemd restart re-registers with a fresh
+    page; markers recorded before it must not complete into that page."""
+    d = env.daemon()
+    train = env.start("train-sim", "--seconds", "6", "--kernel-us", "400000", "--compute-kernels", "4",
+                      "--warmup", "0", "--mem-mb", "0", role="training")
+    try:
+        time.sleep(2.2)  # mid-iteration: markers are in flight
+        d.kill()
+        d.wait()
+        time.sleep(0.2)
+        d = env.daemon()
+        linked = None
+        for _ in range(60):
+            status = env.status()
+            linked = status and [s for g in status["gpus"] for s in g["slots"] if s["pid"] == train.pid]
+            if linked:
+                break
+            time.sleep(0.05)
+        check(bool(linked), "the training process registered with the new tandemd")
+        time.sleep(2.5)  # the iteration in flight at the restart has completed
+        status = env.status()
+        slot = [s for g in status["gpus"] for s in g["slots"] if s["pid"] == train.pid][0]
+        check(slot["page_violations"] == 0 and slot["markers_pending"] <= 64,
+              f"its new page holds only plausible values ({slot['page_violations']} bounded, "
+              f"{slot['markers_pending']} markers pending)")
+    finally:
+        d.terminate()
+        err = d.stderr.read()
+        d.wait()
+        train.kill()
+        train.wait()
+    check("implausible" not in err, f"the new tandemd logged nothing implausible: {err[-300:].strip()}")
+
+
 def main():
     if len(sys.argv) >= 5 and sys.argv[3] == "benign-client":
         return benign_client(sys.argv[4])
@@ -320,6 +360,8 @@ def main():
         fake_daemon(env, build, image)
     elif case == "fork":
         fork_case(env, build, image)
+    elif case == "restart":
+        restart_case(env, build, image)
     else:
         raise SystemExit(f"unknown case {case}")
     print(f"shm_attack_e2e {case}: ok")

@@ -73,7 +73,7 @@ TEST_CASE("shm: what a client writes to its page is bounded before the daemon us
   raw.completed_ns = 2 * kMs;
   raw.markers_recorded = 10;
   raw.markers_completed = 9;
-  view = bound_client_view(view, raw, 1000 * kMs, 1);
+  bound_client_view(view, raw, 1000 * kMs, 1);
   CHECK(view.violations == 0);
   CHECK(view.v.launches == 100);
 
@@ -90,7 +90,7 @@ TEST_CASE("shm: what a client writes to its page is bounded before the daemon us
   raw.latency_ns = 7;
   raw.latency_seq = 99;
   raw.tokens_taken_ns = 0;
-  view = bound_client_view(view, raw, 1000 * kMs, 1);
+  bound_client_view(view, raw, 1000 * kMs, 1);
   CHECK(view.violations > 0);
   CHECK(view.last_violation != nullptr);
   CHECK(view.v.launches == 100);  // held
