@@ -208,7 +208,7 @@ def case_roles(env, image, user):
         ctl = subprocess.run([os.path.join(env.build, "bin", "tandemctl"), "mem", "--set", str(holder.pid), "1M",
                               "--socket", env.socket], user=user.uid, group=user.gid, extra_groups=[],
                              capture_output=True, text=True, timeout=10)
-        check(ctl.returncode == 1 and "only root or uid 0" in ctl.stderr,
+        check(ctl.returncode == 1 and "only uid 0 or tandemd's quota admins" in ctl.stderr,
               f"uid {user.uid} cannot set root's process's quota with tandemctl mem --set: {ctl.stderr.strip()}")
         t, reply = user.ask(env.socket, QUOTA, json.dumps({"pid": holder.pid, "size": "1M"}))
         check(t == ERROR and reply["errno"] == 1, f"nor with a raw request: {reply}")
