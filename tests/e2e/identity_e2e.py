@@ -194,7 +194,7 @@ def case_roles(env, image, user):
         # (It registers after its first launch; `dirty` launches one, then waits for a line.)
         p = probe(env, image, "dirty", 8, "training", user=user, pool=False)
         check(p.stdout.readline().startswith("freed"), f"a training program of uid {user.uid} runs")
-        time.sleep(1.5)  # a refusal that were retried would be logged again each second
+        time.sleep(1.5)  # were the refused role asked for again, each attempt (1 s) would log
         p.stdin.write("\n")
         p.stdin.flush()
         out, err = done(p, f"a training program of uid {user.uid}")
