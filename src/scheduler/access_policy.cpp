@@ -31,6 +31,17 @@ void AccessPolicy::finalize(uid_t daemon_uid, gid_t socket_gid) {
   Principals everyone;
   everyone.anyone = true;
   roles.try_emplace("batch-inference", everyone);
+  if (!quota_admins) {
+    quota_admins = Principals{};
+    quota_admins->uids = {0};
+    if (daemon_uid != 0) quota_admins->uids.push_back(daemon_uid);
+  }
+}
+
+std::string AccessPolicy::quota_refusal(const PeerIdentity& who, uid_t owner) const {
+  if (who.uid == owner || (quota_admins && quota_admins->matches(who))) return {};
+  return "only uid " + std::to_string(owner) + " or tandemd's quota admins (" +
+         (quota_admins ? quota_admins->describe() : std::string("nobody")) + ") may set this quota";
 }
 
 std::string AccessPolicy::refusal(const PeerIdentity& who, const std::string& role) const {

@@ -32,6 +32,9 @@ struct AccessPolicy {
   // GPU slots one user may hold on one GPU; `max_slots` overrides per uid. 0: no cap.
   uint32_t max_slots_per_user = 16;
   std::map<uid_t, uint32_t> max_slots;
+  // Who may set any registered process's memory quota (a process's own uid always may).
+  // Default (finalize): root and tandemd's own uid.
+  std::optional<Principals> quota_admins;
   // Users and groups that share pooled memory; a process in none shares only with its own uid.
   struct Domain {
     std::string name;
@@ -47,6 +50,8 @@ struct AccessPolicy {
 
   // Empty when `who` may register as `role`, else why not.
   std::string refusal(const PeerIdentity& who, const std::string& role) const;
+  // Empty when `who` may set the quota of a process of `owner`, else why not.
+  std::string quota_refusal(const PeerIdentity& who, uid_t owner) const;
   uint32_t slot_cap(const PeerIdentity& who, uid_t daemon_uid) const;
   // The trust domain's name: a configured domain's, else "uid:<uid>".
   std::string trust_domain(const PeerIdentity& who) const;

@@ -103,7 +103,7 @@ bool Server::handle_trace(Client& client, const std::string& payload) {
 
 // Sets (or clears) a registered process's memory quota. Its library reads the slot at each
 // allocation, so the quota holds from the next one; memory already held is not taken back.
-// Only root or the process's own user may change it.
+// Only the process's own user or a quota admin (root and tandemd's uid unless configured) may.
 bool Server::handle_quota(Client& client, const std::string& payload) {
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer() ||
@@ -116,9 +116,8 @@ bool Server::handle_quota(Client& client, const std::string& payload) {
     return reply_error(client, EINVAL, "size '" + text + "': give bytes with a K/M/G/T suffix, or N% of the GPU");
   for (const auto& [fd, c] : registry_.clients()) {
     if (c.pid != pid || c.slot < 0) continue;
-    if (client.uid != 0 && client.uid != c.uid)
-      return reply_error(client, EPERM, "only root or uid " + std::to_string(c.uid) + " may set the quota of pid " +
-                                              std::to_string(pid));
+    if (std::string why = options_.access.quota_refusal(client.peer, c.uid); !why.empty())
+      return reply_error(client, EPERM, "pid " + std::to_string(pid) + ": " + why);
     GpuScheduler* g = gpu(c.gpu);
     tandem_shm_header* shm = g->segment().shm();
     uint64_t bytes = memory_size_bytes(size, shm->gpu_total_bytes);

@@ -194,7 +194,7 @@ def case_roles(env, image, user):
         # (It registers after its first launch; `dirty` launches one, then waits for a line.)
         p = probe(env, image, "dirty", 8, "training", user=user, pool=False)
         check(p.stdout.readline().startswith("freed"), f"a training program of uid {user.uid} runs")
-        time.sleep(1.5)  # a refusal that were retried would be logged again each second
+        time.sleep(1.5)  # were the refused role asked for again, each attempt (1 s) would log
         p.stdin.write("\n")
         p.stdin.flush()
         out, err = done(p, f"a training program of uid {user.uid}")
@@ -208,7 +208,7 @@ def case_roles(env, image, user):
         ctl = subprocess.run([os.path.join(env.build, "bin", "tandemctl"), "mem", "--set", str(holder.pid), "1M",
                               "--socket", env.socket], user=user.uid, group=user.gid, extra_groups=[],
                              capture_output=True, text=True, timeout=10)
-        check(ctl.returncode == 1 and "only root or uid 0" in ctl.stderr,
+        check(ctl.returncode == 1 and "only uid 0 or tandemd's quota admins" in ctl.stderr,
               f"uid {user.uid} cannot set root's process's quota with tandemctl mem --set: {ctl.stderr.strip()}")
         t, reply = user.ask(env.socket, QUOTA, json.dumps({"pid": holder.pid, "size": "1M"}))
         check(t == ERROR and reply["errno"] == 1, f"nor with a raw request: {reply}")

@@ -130,6 +130,11 @@ TEST_CASE("identity: by default only the daemon's uid and the socket's group may
   policy.max_slots[1000] = 2;
   CHECK(policy.slot_cap(who(1000, 1000), 0) == 2);
 
+  // Quotas: a process's own uid, root and the daemon's uid; others are refused.
+  CHECK(policy.quota_refusal(who(1000, 1000), 1000).empty());
+  CHECK(policy.quota_refusal(who(0, 0), 1000).empty());
+  CHECK(policy.quota_refusal(who(1000, 120), 0).find("quota admins (uid 0)") != std::string::npos);
+
   // Trust domains: one uid each unless joined.
   CHECK(policy.trust_domain(who(1000, 1000)) == "uid:1000");
   AccessPolicy::Domain team{"team", {}};
@@ -146,7 +151,7 @@ TEST_CASE("identity: the configuration file sets the socket, roles, caps and tru
   std::string error;
   REQUIRE(apply_config(R"({"socket": "/tmp/x.sock", "socket_group": "0", "socket_mode": "0666", "policy": "slo",
       "roles": {"training": ["user:root", "group:12"], "inference": ["*"]},
-      "max_slots_per_user": 4, "max_slots": {"root": 9}, "trust_domains": {"ml": ["user:1000", "group:300"]}})",
+      "max_slots_per_user": 4, "quota_admins": ["group:12"], "max_slots": {"root": 9}, "trust_domains": {"ml": ["user:1000", "group:300"]}})",
                        config, error));
   CHECK(config.server.socket_path == "/tmp/x.sock");
   CHECK(config.server.socket_group == 0);
@@ -161,6 +166,8 @@ TEST_CASE("identity: the configuration file sets the socket, roles, caps and tru
   CHECK(a.slot_cap(who(1000, 1000), 0) == 4);
   CHECK(a.slot_cap(who(0, 0), 0) == 9);
   CHECK(a.trust_domain(who(7, 300)) == "ml");
+  CHECK(a.quota_refusal(who(1000, 12), 0).empty());    // configured admins replace the default
+  CHECK_FALSE(a.quota_refusal(who(0, 0), 1000).empty());
 
   // Mistakes are errors naming the key, never a silent default.
   for (const char* bad : {R"({"sockt": "/x"})", R"({"roles": {"trainer": ["*"]}})",
@@ -245,8 +252,9 @@ TEST_CASE("identity: the socket's owner is set; a client not trusted with a prot
   REQUIRE(stat(path.c_str(), &st) == 0);
   CHECK(st.st_uid == 65534);
   CHECK((st.st_mode & 0777) == 0666);
-  // A filler of uid 65534 reports a GPU of 1 MiB, before and after root's 8 GiB.
-  auto untrusted_hello = [&] {
+  // A filler of uid 65534 reports a GPU of 1 MiB, before and after root's 8 GiB; it sends
+  // `extra` (a quota request) after its hello and exits 0 when that is refused with EPERM.
+  auto untrusted_hello = [&](const std::string& extra = "") {
     pid_t child = fork();
     if (child == 0) {
       if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
@@ -260,6 +268,9 @@ TEST_CASE("identity: the socket's owner is set; a client not trusted with a prot
       std::string reply;
       bool ok = send_message(fd, MessageType::hello, hello.dump()) && recv_message(fd, h, reply, 2000) == RecvStatus::ok &&
                 h.type == static_cast<uint32_t>(MessageType::hello_ok);
+      if (ok && !extra.empty())
+        ok = send_message(fd, MessageType::quota_request, extra) && recv_message(fd, h, reply, 2000) == RecvStatus::ok &&
+             h.type == static_cast<uint32_t>(MessageType::error) && nlohmann::json::parse(reply)["errno"] == EPERM;
       _exit(ok ? 0 : 5);
     }
     int status = 0;
@@ -272,7 +283,8 @@ TEST_CASE("identity: the socket's owner is set; a client not trusted with a prot
   ask(a, MessageType::hello, nlohmann::json{{"role", "training"}, {"gpu", kGpu}, {"gpu_total_bytes", 8ull << 30}}.dump(),
       &type);
   REQUIRE(type == static_cast<uint32_t>(MessageType::hello_ok));
-  REQUIRE(untrusted_hello() == 0);
+  // Nor set root's process's quota.
+  REQUIRE(untrusted_hello(nlohmann::json{{"pid", getpid()}, {"size", "1M"}}.dump()) == 0);
   auto quota = ask(a, MessageType::quota_request, nlohmann::json{{"pid", getpid()}, {"size", "50%"}}.dump(), &type);
   REQUIRE(type == static_cast<uint32_t>(MessageType::quota_reply));
   CHECK(quota["bytes"] == 4ull << 30);
