@@ -29,6 +29,13 @@ namespace {
 constexpr uint64_t kMarkers = 64;
 struct Marker {
   CUevent event = nullptr;
+  // The registration it was counted in (recorded). Its completion is counted there only: a
+  // restarted daemon's new slot starts from zero, and a marker recorded for the old one but
+  // seen complete after the re-registration would put the new slot's markers_completed ahead
+  // of markers_recorded for good, hiding every pending marker from the bubble detector (and
+  // its issued_ns, from the old slot's scale, would hide a filler's in-flight work). Old
+  // mappings stay mapped (unlink_from_daemon), so a new slot never has an old one's address.
+  tandem_slot* slot = nullptr;
   uint64_t issued_ns = 0;   // the slot's issued_ns when recorded: the work it covers
   uint64_t recorded_at = 0;
   uint64_t gate_waits = 0;  // the slot's gate_waits when recorded
@@ -52,6 +59,7 @@ bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   if (!m.event && g_real.cuEventCreate(&m.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
   CUresult r = per_thread ? g_real.cuEventRecord_ptsz(m.event, s) : g_real.cuEventRecord(m.event, s);
   if (r != CUDA_SUCCESS) return false;
+  m.slot = slot;
   m.issued_ns = __atomic_load_n(&slot->issued_ns, __ATOMIC_RELAXED);
   m.recorded_at = monotonic_ns();
   m.gate_waits = __atomic_load_n(&slot->gate_waits, __ATOMIC_RELAXED);
@@ -103,12 +111,14 @@ void poll_markers_locked(uint64_t now) {
     // Calibration compares two compute markers; a collective's length says nothing of the
     // process's kernel cost.
     const Marker* previous = g_tail > 0 ? &g_ring[(g_tail - 1) % kMarkers] : nullptr;
-    if (q == CUDA_SUCCESS && previous && !m.nccl && !previous->nccl) calibrate(*previous, m, now);
+    if (q == CUDA_SUCCESS && previous && !m.nccl && !previous->nccl && previous->slot == m.slot)
+      calibrate(*previous, m, now);
     ++g_tail;
     g_last_completion = now;
-    if (slot && m.nccl) {
+    if (!slot || m.slot != slot) continue;  // recorded for an earlier registration: not this slot's
+    if (m.nccl) {
       __atomic_fetch_add(&slot->nccl_markers_completed, 1, __ATOMIC_RELEASE);
-    } else if (slot) {
+    } else {
       __atomic_store_n(&slot->completed_ns, m.issued_ns, __ATOMIC_RELEASE);
       __atomic_store_n(&slot->last_completion_ns, now, __ATOMIC_RELEASE);
       __atomic_fetch_add(&slot->markers_completed, 1, __ATOMIC_RELEASE);
