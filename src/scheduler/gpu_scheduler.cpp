@@ -80,8 +80,12 @@ void GpuScheduler::tick(uint64_t now_ns) {
     if (s.role == TANDEM_ROLE_TRAINING) {
       training_.push_back(gated_state(static_cast<int>(i), s));
       sample.launches += __atomic_load_n(&s.launches, __ATOMIC_ACQUIRE);
-      sample.markers_recorded += __atomic_load_n(&s.markers_recorded, __ATOMIC_ACQUIRE);
-      sample.markers_completed += __atomic_load_n(&s.markers_completed, __ATOMIC_ACQUIRE);
+      // Summed per client, at most what it recorded: a client read with completions ahead of
+      // its recordings (read one after the other) must not cancel another's pending markers.
+      uint64_t recorded = __atomic_load_n(&s.markers_recorded, __ATOMIC_ACQUIRE);
+      uint64_t completed = __atomic_load_n(&s.markers_completed, __ATOMIC_ACQUIRE);
+      sample.markers_recorded += recorded;
+      sample.markers_completed += completed < recorded ? completed : recorded;
       uint64_t nccl_completed = __atomic_load_n(&s.nccl_markers_completed, __ATOMIC_ACQUIRE);
       uint64_t nccl_recorded = __atomic_load_n(&s.nccl_markers_recorded, __ATOMIC_ACQUIRE);
       if (nccl_recorded > nccl_completed) collectives_pending += nccl_recorded - nccl_completed;
