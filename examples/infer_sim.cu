@@ -10,10 +10,16 @@
 // --idle-ms without requests (SIRIUS's T_idle) and evicted least-recently-used first when
 // another model needs the memory. --trace light|burst draws the request rate of each interval
 // as SIRIUS's LIGHT and BURST traces do; requests go to the models uniformly.
+//
+// With --threads N, N host threads each run closed-loop requests on a stream of their own: a
+// multi-threaded launcher, as servers fed by several threads (DataLoader workers, Triton's
+// model instances) are.
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -26,7 +32,7 @@ static const char* kUsage =
     "                 [--closed-loop | --rate R [--burst AT:RATE:SECONDS]] [--seed X]\n"
     "                 [--report-every N] [--mem-mb M] [--transparent] [--warmup-seconds W]\n"
     "                 [--slo-ms L] [--models N [--model-mb M] [--idle-ms T]]\n"
-    "                 [--trace light|burst [--interval-s S]]\n"
+    "                 [--trace light|burst [--interval-s S]] [--threads N]\n"
     "  Each request is K spin kernels of U us (grid B) on a non-blocking stream, ended by a host\n"
     "  synchronization. Closed loop by default (the next request starts when one ends);\n"
     "  --rate R sends Poisson arrivals at R requests/s (seeded by --seed, default 1) and measures\n"
@@ -45,7 +51,9 @@ static const char* kUsage =
     "  TANDEM_MEM_IDLE_MS, else 30000) and evicted least recently used first when memory runs out.\n"
     "  --trace light|burst: Poisson arrivals whose rate is drawn for each interval of S seconds\n"
     "  (default 20) as in SIRIUS: light LogNormal(1, 1) requests/s; burst 30% of intervals\n"
-    "  LogNormal(4.5, 0.3), the others light.\n";
+    "  LogNormal(4.5, 0.3), the others light.\n"
+    "  --threads N: N host threads (default 1), each running closed-loop requests on its own\n"
+    "  stream; not with --rate, --trace, --models or --report-every.\n";
 
 // tandem's client API when the process runs under libtandem.so, else null.
 using RequestBegin = unsigned long long (*)(unsigned long long);
@@ -134,6 +142,37 @@ struct Models {
   }
 };
 
+// --threads N: each thread creates its own stream and runs closed-loop requests until the run's
+// end (--seconds) or until N threads together have started `requests`. Returns the requests
+// done; their latencies are appended to `latencies_ms`.
+static int run_threads(int threads, double seconds, int requests, int kernels, int blocks,
+                       unsigned long long kernel_ns, RequestBegin begin_request, RequestEnd end_request,
+                       std::chrono::steady_clock::time_point t0, double warmup_s, std::vector<double>& latencies_ms) {
+  std::atomic<int> started{0}, done{0};
+  std::mutex merge;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&] {
+      cudaStream_t s;
+      CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      std::vector<double> mine;
+      while (seconds > 0 ? seconds_since(t0) < seconds : started.fetch_add(1) < requests) {
+        double arrival = seconds_since(t0);
+        unsigned long long begun = begin_request ? begin_request(0) : 0;
+        for (int k = 0; k < kernels; ++k) spin_kernel<<<blocks, 256, 0, s>>>(kernel_ns);
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        if (end_request) end_request(begun);
+        if (arrival >= warmup_s) mine.push_back((seconds_since(t0) - arrival) * 1e3);
+        done.fetch_add(1);
+      }
+      CUDA_CHECK(cudaStreamDestroy(s));
+      std::lock_guard<std::mutex> lock(merge);
+      latencies_ms.insert(latencies_ms.end(), mine.begin(), mine.end());
+    });
+  for (std::thread& w : workers) w.join();
+  return done.load();
+}
+
 static double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -149,7 +188,7 @@ int main(int argc, char** argv) {
   double burst_at = -1, burst_rate = 0, burst_seconds = 0;
   bool transparent = false;
   double warmup_s = 0, slo_ms = 0;
-  int model_count = 0;
+  int model_count = 0, threads = 1;
   double model_mb = 64, idle_ms = 30000;
   if (const char* t = std::getenv("TANDEM_MEM_IDLE_MS")) {
     char* end = nullptr;
@@ -186,6 +225,7 @@ int main(int argc, char** argv) {
       else if (v == "burst") trace.kind = RateTrace::burst;
       else a.fail("bad value '" + v + "' for --trace (want light or burst)");
     }
+    else if (f == "--threads") threads = static_cast<int>(a.integer(1, 1024));
     else if (f == "--seed") seed = static_cast<unsigned>(a.integer(0, 4294967295LL));
     else if (f == "--report-every") report_every = static_cast<int>(a.integer(0, 1000000000));
     else if (f == "--help" || f == "-h") {
@@ -207,6 +247,8 @@ int main(int argc, char** argv) {
 
   if (burst_at >= 0 && rate <= 0) a.fail("--burst needs --rate");
   if (trace.kind != RateTrace::none && rate > 0) a.fail("--trace and --rate exclude each other");
+  if (threads > 1 && (rate > 0 || trace.kind != RateTrace::none || model_count || report_every))
+    a.fail("--threads runs closed-loop requests: not with --rate, --trace, --models or --report-every");
   trace.rng.seed(seed + 1);  // rates apart from arrivals: the same trace whatever the arrivals draw
   Models models;
   models.bytes = static_cast<size_t>(model_mb * 1024 * 1024);
@@ -227,7 +269,10 @@ int main(int argc, char** argv) {
   double next_arrival = 0;  // seconds since t0
   int done = 0;
   bool open_loop = rate > 0 || trace.kind != RateTrace::none;
-  while (seconds > 0 ? seconds_since(t0) < seconds : done < requests) {
+  if (threads > 1)
+    done = run_threads(threads, seconds, requests, kernels, blocks, kernel_ns, begin_request, end_request, t0,
+                       warmup_s, latencies_ms);
+  while (threads == 1 && (seconds > 0 ? seconds_since(t0) < seconds : done < requests)) {
     double arrival = seconds_since(t0);
     if (open_loop) {
       bool bursting = burst_at >= 0 && next_arrival >= burst_at && next_arrival < burst_at + burst_seconds;

@@ -29,6 +29,13 @@ namespace {
 constexpr uint64_t kMarkers = 64;
 struct Marker {
   CUevent event = nullptr;
+  // The registration it was counted in (recorded). Its completion is counted there only: a
+  // restarted daemon's new slot starts from zero, and a marker recorded for the old one but
+  // seen complete after the re-registration would put the new slot's markers_completed ahead
+  // of markers_recorded for good, hiding every pending marker from the bubble detector (and
+  // its issued_ns, from the old slot's scale, would hide a filler's in-flight work). Old
+  // mappings stay mapped (unlink_from_daemon), so a new slot never has an old one's address.
+  tandem_slot* slot = nullptr;
   uint64_t issued_ns = 0;   // the slot's issued_ns when recorded: the work it covers
   uint64_t recorded_at = 0;
   uint64_t gate_waits = 0;  // the slot's gate_waits when recorded

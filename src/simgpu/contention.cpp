@@ -132,7 +132,6 @@ struct LocalGpu {
   std::mutex m;
   std::condition_variable cv;
   int sms = 0;
-  std::atomic<int> running{0};
   std::atomic<int> queued{0};  // kernels queued and not yet finished
 };
 LocalGpu g_local[kMaxDevices];
@@ -176,7 +175,7 @@ void release_ownership(SharedGpu* gpu, bool for_waiter) {
   gpu->owner_pid.compare_exchange_strong(expected, 0);
 }
 
-void run_timeslice(SharedGpu* gpu, Slot* slot, LocalGpu& local, uint64_t work_ns) {
+void run_timeslice(SharedGpu* gpu, Slot* slot, uint64_t work_ns) {
   int32_t me = getpid();
   uint64_t done = 0;
   while (done < work_ns) {
@@ -197,8 +196,13 @@ void run_timeslice(SharedGpu* gpu, Slot* slot, LocalGpu& local, uint64_t work_ns
       }
     }
   }
-  // Finished: give the GPU up if this process has no other kernel to run.
-  if (local.queued.load() <= 1 && local.running.load() <= 1) release_ownership(gpu, others_waiting(gpu, me));
+}
+
+// A kernel has finished: the GPU is given up when it was the process's last unfinished kernel
+// (`last`), else kept for the others while its slice lasts.
+void end_of_kernel(SharedGpu* gpu, bool last) {
+  int32_t me = getpid();
+  if (last) release_ownership(gpu, others_waiting(gpu, me));
   else if (now_ns() - gpu->owner_since_ns.load() >= settings().timeslice_ns && others_waiting(gpu, me))
     release_ownership(gpu, true);
 }
@@ -231,11 +235,15 @@ void run_on_gpu(int device, uint64_t duration_ns, unsigned sms) {
     local.cv.wait(lock, [&] { return local.sms == 0 || local.sms + static_cast<int>(sms) <= settings().sms; });
     local.sms += static_cast<int>(sms);
   }
-  local.running.fetch_add(1);
   if (settings().mps) run_mps(gpu, slot, sms, duration_ns);
-  else run_timeslice(gpu, slot, local, duration_ns);
-  local.running.fetch_sub(1);
-  local.queued.fetch_sub(1);
+  else run_timeslice(gpu, slot, duration_ns);
+  // Which kernel is the last is decided by the one decrement that reaches zero. Decided from
+  // loads of the counts (the count, then the decrement), two kernels of different streams
+  // finishing together each saw the other unfinished and both kept the GPU: it stayed owned by
+  // a process with nothing to run, and every other process's kernels waited until that one
+  // launched again; forever when it was a filler held back until training's work completed.
+  bool last = local.queued.fetch_sub(1) == 1;
+  if (!settings().mps) end_of_kernel(gpu, last);
   {
     std::lock_guard<std::mutex> lock(local.m);
     local.sms -= static_cast<int>(sms);
@@ -250,7 +258,6 @@ void contention_after_fork_child() {
     new (&l.m) std::mutex();
     new (&l.cv) std::condition_variable();
     l.sms = 0;
-    l.running.store(0);
     l.queued.store(0);
   }
 }

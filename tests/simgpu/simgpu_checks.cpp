@@ -1,7 +1,10 @@
 // Checks of the simulated driver itself (no libtandem): spin accuracy, image names, capture
-// error codes, failure injection, VMM sharing across processes, time-slice contention.
-// Usage: simgpu_checks FATBIN CHECK   (CHECK: spin | names | capture | fail | vmm | contention)
+// error codes, failure injection, VMM sharing across processes, time-slice contention and
+// its hand-over when a process's kernels on several streams finish together.
+// Usage: simgpu_checks FATBIN CHECK   (CHECK: spin | names | capture | fail | vmm | contention | release)
 #include <cuda.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -44,7 +47,7 @@ static int recv_fd(int sock) {
 int main(int argc, char** argv) {
   CHECK(argc == 3);
   std::string check = argv[2];
-  if (check == "vmm" || check == "contention") {
+  if (check == "vmm" || check == "contention" || check == "release") {
     // fork before any CUDA use: each process is its own CUDA user
   } else {
     setup(argv[1]);
@@ -159,6 +162,49 @@ int main(int argc, char** argv) {
     double together = (mine + theirs) / 2;
     std::printf("alone %.1f ms, together %.1f ms (ratio %.2f)\n", alone * 1e3, together * 1e3, together / alone);
     CHECK(together / alone > 1.5 && together / alone < 2.6);
+  } else if (check == "release") {
+    // Timeslice: a process gives the GPU up when its last unfinished kernel ends, also when
+    // several of its streams' kernels end together. Here 16 kernels of 8 blocks run at once
+    // and end together, while another process's kernel waits for the GPU; this process then
+    // stays idle, so a GPU left owned by it would hold the other kernel forever.
+    int go[2], done[2];
+    CHECK(pipe(go) == 0 && pipe(done) == 0);
+    pid_t pid = fork();
+    setup(argv[1]);
+    if (pid == 0) {
+      close(go[1]);  // the parent's close ends this loop
+      unsigned long long ns = 100000;
+      void* params[] = {&ns};
+      char b;
+      while (read(go[0], &b, 1) == 1) {
+        CK(cuLaunchKernel(g_spin, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+        CK(cuCtxSynchronize());
+        CHECK(write(done[1], &b, 1) == 1);
+      }
+      _exit(0);
+    }
+    constexpr int kStreams = 16, kRounds = 300;
+    CUstream streams[kStreams];
+    for (CUstream& s : streams) CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    unsigned long long ns = 300000;
+    void* params[] = {&ns};
+    for (int r = 0; r < kRounds; ++r) {
+      for (CUstream s : streams) CK(cuLaunchKernel(g_spin, 8, 1, 1, 128, 1, 1, 0, s, params, nullptr));
+      CHECK(write(go[1], "x", 1) == 1);
+      CK(cuCtxSynchronize());
+      pollfd answer{done[0], POLLIN, 0};
+      if (poll(&answer, 1, 2000) != 1) {
+        std::fprintf(stderr, "round %d: the other process's kernel waited 2 s for a GPU this one no longer used\n", r);
+        kill(pid, SIGKILL);
+        CHECK(!"the GPU was given up");
+      }
+      char b;
+      CHECK(read(done[0], &b, 1) == 1);
+    }
+    close(go[1]);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    std::printf("%d rounds of %d kernels ending together: the other process always got the GPU\n", kRounds, kStreams);
   } else {
     CHECK(!"unknown check");
   }

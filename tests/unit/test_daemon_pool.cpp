@@ -69,10 +69,10 @@ TEST_CASE("pool: chunks follow the client id, not a reused descriptor number", "
   CHECK(pool.release(4, {taken[0]->id}) == 1);
   CHECK(pool.held_by(4) == 0);
   // What each owner holds is kept as chunks move (the status asks it per slot).
-  pool.add(dev_null(), 4096, "g", 5);
-  pool.add(dev_null(), 8192, "g", 5);
+  pool.add(dev_null(), 4096, "g", 5, "uid:0");
+  pool.add(dev_null(), 8192, "g", 5, "uid:0");
   CHECK(pool.held_by(5) == 12288);
-  pool.take("g", 4096, 1, 6);
+  pool.take("g", 4096, 1, 6, "uid:0");
   CHECK(pool.held_by(6) == 4096);
   pool.disconnect(5, -1);
   CHECK(pool.held_by(5) == 0);
