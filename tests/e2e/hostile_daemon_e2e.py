@@ -186,7 +186,8 @@ def case_pipeline(env):
     try:
         gated = connect(env.socket)
         kind, reply, fds = hello(gated, "batch-inference", gpu_uuid(0x5eed))
-        check(kind == HELLO_OK and len(fds) == 1, f"a batch-inference client registered and got the GPU's segment ({reply})")
+        # hello_ok brings the GPU's segment, then the client's own page (include/tandem/shm_abi.h).
+        check(kind == HELLO_OK and len(fds) == 2, f"a batch-inference client registered and got the GPU's segment ({reply})")
         shm = mmap.mmap(fds[0], 4096, mmap.MAP_SHARED, mmap.PROT_READ)
         flooder = connect(env.socket)
         stop_flag = threading.Event()
