@@ -82,22 +82,22 @@ CUdeviceptr allocate_untracked(size_t bytes) {
 }
 
 bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_allocs->upper_bound(p);
-  if (it == g_allocs->begin()) return false;
-  --it;
-  if (p >= it->first + it->second) return false;
-  if (base) *base = it->first;
-  if (bytes) *bytes = it->second;
-  return true;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_allocs->upper_bound(p);
+    if (it != g_allocs->begin() && p < std::prev(it)->first + std::prev(it)->second) {
+      if (base) *base = std::prev(it)->first;
+      if (bytes) *bytes = std::prev(it)->second;
+      return true;
+    }
+  }
+  return mapping_of(p, base, bytes);  // cuMemMap'ed memory (vmm.cpp)
 }
 
 bool valid_device_range(CUdeviceptr p, size_t bytes) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_allocs->upper_bound(p);
-  if (it == g_allocs->begin()) return false;
-  --it;
-  return p + bytes <= it->first + it->second;
+  CUdeviceptr base;
+  size_t size;
+  return allocation_of(p, &base, &size) && p + bytes <= base + size;
 }
 
 }  // namespace simgpu

@@ -75,9 +75,17 @@ struct Function {
   std::string name;
   bool nccl = false;
   bool spin = false;
+  int max_dynamic_shared = 48 << 10;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  int carveout = -1;                  // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 };
 Function* as_function(const void* handle);  // CUfunction or CUkernel, or nullptr
 bool is_nccl_name(const std::string& name);
+
+// ---- shared-memory limits and the attributes NCCL reads (limits.cpp) ----
+// True when `attr` is one of limits.cpp's (shared memory, multicast, fabric, RDMA, ...).
+bool limit_attribute(CUdevice_attribute attr, int* v);
+CUresult function_attribute(const Function& f, CUfunction_attribute attr, int* v);
+CUresult set_function_attribute(Function& f, CUfunction_attribute attr, int v);
 
 // ---- execution engine (engine.cpp) ----
 struct Stream;
@@ -194,8 +202,11 @@ bool valid_device_range(CUdeviceptr p, size_t bytes);
 // Device memory outside the program's accounting (module globals): no failure injection, no
 // limit, never freed by the program. 0 when the host has no memory.
 CUdeviceptr allocate_untracked(size_t bytes);
-// The allocation holding p (base and size), if any.
+// The allocation holding p (base and size), if any: cuMemAlloc'ed or cuMemMap'ed.
 bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);
+// ---- virtual memory (vmm.cpp) ----
+// The cuMemMap'ed range holding p (base and size), if any.
+bool mapping_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);
 
 }  // namespace simgpu
 
