@@ -22,6 +22,19 @@ uint64_t first_argument(void** params, void** extra) {
   return v;
 }
 
+// NCCL passes its ncclDevKernelArgs as one buffer (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE); the
+// buffer is NCCL's to reuse once the launch returns, so collectives.cpp reads a copy.
+std::shared_ptr<const std::vector<unsigned char>> argument_buffer(void** extra) {
+  const unsigned char* buffer = nullptr;
+  size_t size = 0;
+  for (void** e = extra; e && *e != CU_LAUNCH_PARAM_END; e += 2) {
+    if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = static_cast<const unsigned char*>(e[1]);
+    else if (e[0] == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1]) std::memcpy(&size, e[1], sizeof size);
+  }
+  if (!buffer || size == 0 || size > (64 << 10)) return nullptr;
+  return std::make_shared<const std::vector<unsigned char>>(buffer, buffer + size);
+}
+
 CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
                 CUstream s, void** params, void** extra, bool per_thread) {
   if (should_fail(api)) return injected_error(api);
@@ -41,6 +54,7 @@ CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const uns
   std::memcpy(op.launch.block, block, sizeof op.launch.block);
   op.launch.smem = smem;
   op.launch.first_arg = first_argument(params, extra);
+  if (fn->nccl) op.launch.args = argument_buffer(extra);
   CUdevice dev = 0;
   cuCtxGetDevice(&dev);
   op.launch.device = dev;

@@ -37,6 +37,7 @@ CUresult release(CUdeviceptr p) {
   auto it = g_allocs->find(p);
   if (it == g_allocs->end()) return CUDA_ERROR_INVALID_VALUE;
   munmap(reinterpret_cast<void*>(p), it->second);
+  forget_communicators(p, it->second);  // collectives.cpp
   g_used -= it->second;
   g_allocs->erase(it);
   return CUDA_SUCCESS;

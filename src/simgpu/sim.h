@@ -35,6 +35,7 @@ struct Settings {
   uint64_t mem_bytes = 80ull << 30;
   uint64_t ns_per_block_wave = 2000;  // cost of one wave of blocks of a non-spin kernel
   uint64_t min_kernel_ns = 2000;
+  uint64_t link_gbps = 63;            // SIMGPU_LINK_GBPS: each GPU's link to its peers, GB/s per direction
   bool mps = false;                   // SIMGPU_SHARING=mps; default timeslice
   uint64_t timeslice_ns = 2000000;
   bool deterministic = false;
@@ -107,6 +108,8 @@ struct KernelLaunch {
   unsigned smem = 0;
   uint64_t first_arg = 0;  // the first 8 bytes of the first argument (spin duration)
   int device = 0;          // the device of the context current at launch
+  // NCCL kernels: a copy of the argument buffer (collectives.cpp reads its work descriptors).
+  std::shared_ptr<const std::vector<unsigned char>> args;
 };
 
 struct Op {
@@ -172,6 +175,12 @@ void contention_after_fork_child();
 
 // ---- kernel cost (engine.cpp) ----
 uint64_t kernel_cost_ns(const KernelLaunch& k);
+// ---- NCCL collectives (collectives.cpp) ----
+// Meets the other ranks of the collective (returns once all have started it), then gives its
+// transfer time over the link; the ordinary cost when the launch is not a recognised collective.
+uint64_t nccl_kernel_ns(const KernelLaunch& k);
+// Freed device memory: communicators whose device side lived there are gone.
+void forget_communicators(CUdeviceptr base, size_t bytes);
 
 // ---- graphs and capture (graph.cpp) ----
 struct GraphNode {

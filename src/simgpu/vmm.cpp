@@ -188,6 +188,7 @@ SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     }
   }
   for (Physical* p : unmapped) unref(p);
+  forget_communicators(ptr, size);  // collectives.cpp
   return CUDA_SUCCESS;
 }
 

@@ -1,0 +1,180 @@
+// NCCL's C API on the simulated GPUs: 2 processes, one GPU each, one communicator.
+// Usage: simgpu_nccl CHECK   (CHECK: basic | late | bandwidth)
+//  basic:     ncclGetUniqueId / ncclCommInitRank, all_reduce, broadcast, a barrier-like
+//             1-element all_reduce, ncclCommDestroy; the communicator's rank and size.
+//  late:      rank 1 starts its all_reduce 200 ms after rank 0: rank 0's completes no earlier
+//             (a collective ends once every rank has started it); rank 1's is not delayed.
+//  bandwidth: all_reduces of 64 and 256 MiB take about bytes over the link / SIMGPU_LINK_GBPS
+//             (2(n-1)/n of the message per rank, NCCL's ring), and 4 times as long as each other.
+// The parent forks the ranks before any CUDA call and hands rank 0's unique id to rank 1
+// through a pipe. Every wait is bounded: a rank gives up after 60 s, the parent after 90 s.
+#include <nccl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+static int g_rank = -1;
+
+#define CUDA_OK(x)                                                                              \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "rank %d: %s:%d %s -> %s\n", g_rank, __FILE__, __LINE__, #x,         \
+                   cudaGetErrorString(e_));                                                     \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+#define NCCL_OK(x)                                                                              \
+  do {                                                                                          \
+    ncclResult_t r_ = (x);                                                                      \
+    if (r_ != ncclSuccess) {                                                                    \
+      std::fprintf(stderr, "rank %d: %s:%d %s -> %s (%s)\n", g_rank, __FILE__, __LINE__, #x,    \
+                   ncclGetErrorString(r_), ncclGetLastError(nullptr));                          \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+#define EXPECT(c)                                                                               \
+  do {                                                                                          \
+    if (!(c)) {                                                                                 \
+      std::fprintf(stderr, "rank %d: FAIL %s:%d: %s\n", g_rank, __FILE__, __LINE__, #c);        \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+static double seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Rank {
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+static void barrier(Rank& r, float* scratch) {
+  NCCL_OK(ncclAllReduce(scratch, scratch, 1, ncclFloat, ncclSum, r.comm, r.stream));
+  CUDA_OK(cudaStreamSynchronize(r.stream));
+}
+
+// Seconds from launching an all_reduce of `bytes` to its completion on this rank.
+static double timed_all_reduce(Rank& r, float* buf, size_t bytes) {
+  double t0 = seconds();
+  NCCL_OK(ncclAllReduce(buf, buf, bytes / sizeof(float), ncclFloat, ncclSum, r.comm, r.stream));
+  CUDA_OK(cudaStreamSynchronize(r.stream));
+  return seconds() - t0;
+}
+
+static void run_basic(Rank& r, float* buf) {
+  int n = 0, me = -1;
+  NCCL_OK(ncclCommCount(r.comm, &n));
+  NCCL_OK(ncclCommUserRank(r.comm, &me));
+  EXPECT(n == 2 && me == g_rank);
+  int device = -1;
+  NCCL_OK(ncclCommCuDevice(r.comm, &device));
+  EXPECT(device == g_rank);
+  NCCL_OK(ncclAllReduce(buf, buf, 1 << 18, ncclFloat, ncclSum, r.comm, r.stream));
+  NCCL_OK(ncclBroadcast(buf, buf, 1 << 18, ncclFloat, 0, r.comm, r.stream));
+  NCCL_OK(ncclAllReduce(buf, buf, 1 << 20, ncclBfloat16, ncclSum, r.comm, r.stream));
+  CUDA_OK(cudaStreamSynchronize(r.stream));
+  barrier(r, buf);
+}
+
+static void run_late(Rank& r, float* buf) {
+  barrier(r, buf);  // both ranks ready
+  if (g_rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  double t = timed_all_reduce(r, buf, 4 << 10);
+  std::printf("rank %d: all_reduce took %.1f ms\n", g_rank, t * 1e3);
+  if (g_rank == 0) EXPECT(t >= 0.190);  // waited for rank 1
+  else EXPECT(t < 0.100);               // rank 0 was already there
+}
+
+static void run_bandwidth(Rank& r, float* buf) {
+  const char* gbps_env = std::getenv("SIMGPU_LINK_GBPS");
+  EXPECT(gbps_env != nullptr);
+  double gbps = std::atof(gbps_env);
+  double times[2];
+  const size_t sizes[2] = {64ull << 20, 256ull << 20};
+  for (int i = 0; i < 2; ++i) {
+    barrier(r, buf);  // start together: a late peer would add its delay
+    times[i] = timed_all_reduce(r, buf, sizes[i]);
+    double expected = static_cast<double>(sizes[i]) / (gbps * 1e9);  // 2(n-1)/n = 1 for 2 ranks
+    std::printf("rank %d: all_reduce of %zu MiB took %.1f ms (bytes / link: %.1f ms)\n", g_rank, sizes[i] >> 20,
+                times[i] * 1e3, expected * 1e3);
+    EXPECT(times[i] >= 0.95 * expected);
+    EXPECT(times[i] <= 1.5 * expected + 0.030);  // the machine is shared: only ever slower
+  }
+  double ratio = times[1] / times[0];
+  std::printf("rank %d: 256 MiB / 64 MiB time ratio %.2f\n", g_rank, ratio);
+  EXPECT(ratio > 3.0 && ratio < 5.0);
+}
+
+static int run_rank(int rank, int id_fd, const std::string& check) {
+  g_rank = rank;
+  alarm(60);  // a hung rank fails the test instead of hanging it
+  ncclUniqueId id;
+  if (rank == 0) {
+    NCCL_OK(ncclGetUniqueId(&id));
+    EXPECT(write(id_fd, &id, sizeof id) == static_cast<ssize_t>(sizeof id));
+  } else {
+    EXPECT(read(id_fd, &id, sizeof id) == static_cast<ssize_t>(sizeof id));
+  }
+  CUDA_OK(cudaSetDevice(rank));
+  Rank r;
+  NCCL_OK(ncclCommInitRank(&r.comm, 2, id, rank));
+  CUDA_OK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  float* buf = nullptr;
+  CUDA_OK(cudaMalloc(&buf, 256ull << 20));  // lazily committed: the kernels never touch it
+  if (check == "basic") run_basic(r, buf);
+  else if (check == "late") run_late(r, buf);
+  else if (check == "bandwidth") run_bandwidth(r, buf);
+  else EXPECT(!"unknown check");
+  NCCL_OK(ncclCommDestroy(r.comm));
+  CUDA_OK(cudaFree(buf));
+  CUDA_OK(cudaStreamDestroy(r.stream));
+  std::printf("rank %d: %s ok\n", rank, check.c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s basic|late|bandwidth\n", argv[0]);
+    return 2;
+  }
+  int id_pipe[2];
+  EXPECT(pipe(id_pipe) == 0);
+  pid_t pids[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    pids[rank] = fork();
+    EXPECT(pids[rank] >= 0);
+    if (pids[rank] == 0) _exit(run_rank(rank, rank == 0 ? id_pipe[1] : id_pipe[0], argv[1]));
+  }
+  int failed = 0;
+  double deadline = seconds() + 90;
+  for (int done = 0; done < 2;) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      ++done;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "rank %d failed (status %#x)\n", pid == pids[0] ? 0 : 1, status);
+        kill(pid == pids[0] ? pids[1] : pids[0], SIGKILL);  // its peer would wait for it
+        failed = 1;
+      }
+    } else if (seconds() > deadline) {
+      std::fprintf(stderr, "ranks still running after 90 s: killing them\n");
+      kill(pids[0], SIGKILL);
+      kill(pids[1], SIGKILL);
+      return 1;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return failed;
+}
