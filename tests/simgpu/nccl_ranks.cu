@@ -1,5 +1,5 @@
 // NCCL's C API on the simulated GPUs: 2 processes, one GPU each, one communicator.
-// Usage: simgpu_nccl CHECK   (CHECK: basic | late | bandwidth)
+// Usage: simgpu_nccl CHECK   (CHECK: basic | late | bandwidth | straggler)
 //  basic:     ncclGetUniqueId / ncclCommInitRank, all_reduce, broadcast, a barrier-like
 //             1-element all_reduce, ncclCommDestroy; the communicator's rank and size.
 //  late:      rank 1 starts its all_reduce 200 ms after rank 0: rank 0's completes no earlier
@@ -7,6 +7,8 @@
 //  bandwidth: all_reduces of 64 and 256 MiB take about bytes over the link / SIMGPU_LINK_GBPS
 //             (2(n-1)/n of the message per rank, NCCL's ring), and 4 times as long as each other
 //             (best of 3 each).
+//  straggler: 20 steps of compute and all_reduce, rank 1 40 ms late to each (run under tandem
+//             by nccl_e2e.py).
 // The parent forks the ranks before any CUDA call and hands rank 0's unique id to rank 1
 // through a pipe. Every wait is bounded: a rank gives up after 60 s, the parent after 90 s.
 #include <nccl.h>
@@ -121,6 +123,25 @@ static void run_bandwidth(Rank& r, float* buf) {
   EXPECT(ratio > 3.0 && ratio < 5.0);
 }
 
+// The simulator runs a kernel named *spin* for its argument's nanoseconds: a training step's compute.
+__global__ void step_spin_kernel(long long ns) {}
+
+// A training loop with a straggler: each of 20 steps is 10 ms of compute then an all_reduce;
+// rank 1 reaches each step 40 ms after rank 0, whose GPU meanwhile holds only the waiting
+// collective (a bubble, to tandemd).
+static void run_straggler(Rank& r, float* buf) {
+  barrier(r, buf);
+  for (int step = 0; step < 20; ++step) {
+    if (g_rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    double t0 = seconds();
+    step_spin_kernel<<<132, 128, 0, r.stream>>>(10000000);
+    CUDA_OK(cudaGetLastError());
+    NCCL_OK(ncclAllReduce(buf, buf, 1 << 18, ncclFloat, ncclSum, r.comm, r.stream));
+    CUDA_OK(cudaStreamSynchronize(r.stream));
+    if (g_rank == 0) EXPECT(seconds() - t0 >= 0.045);  // waited for rank 1's compute too
+  }
+}
+
 static int run_rank(int rank, int id_fd, const std::string& check) {
   g_rank = rank;
   alarm(60);  // a hung rank fails the test instead of hanging it
@@ -140,6 +161,7 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
   if (check == "basic") run_basic(r, buf);
   else if (check == "late") run_late(r, buf);
   else if (check == "bandwidth") run_bandwidth(r, buf);
+  else if (check == "straggler") run_straggler(r, buf);
   else EXPECT(!"unknown check");
   NCCL_OK(ncclCommDestroy(r.comm));
   CUDA_OK(cudaFree(buf));
@@ -151,7 +173,7 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s basic|late|bandwidth\n", argv[0]);
+    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler\n", argv[0]);
     return 2;
   }
   int id_pipe[2];
@@ -160,7 +182,8 @@ int main(int argc, char** argv) {
   for (int rank = 0; rank < 2; ++rank) {
     pids[rank] = fork();
     EXPECT(pids[rank] >= 0);
-    if (pids[rank] == 0) _exit(run_rank(rank, rank == 0 ? id_pipe[1] : id_pipe[0], argv[1]));
+    // exit(), not _exit(): under tandem each rank writes its statistics file at exit.
+    if (pids[rank] == 0) std::exit(run_rank(rank, rank == 0 ? id_pipe[1] : id_pipe[0], argv[1]));
   }
   int failed = 0;
   double deadline = seconds() + 90;
