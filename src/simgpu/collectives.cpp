@@ -11,10 +11,13 @@
 // collective of the other ranks' k-th communicator of N ranks, in a POSIX shared-memory table
 // per namespace (SIMGPU_SHM + "-collectives"). The message size comes from the work descriptors
 // (ncclDevWorkColl / ncclDevWorkP2p, in the arguments or NCCL's work FIFO) and the element
-// type in the kernel's name. Layouts are NCCL 2.28's; anything unrecognised falls back to the
-// ordinary kernel cost. Send/receive kernels are timed but do not meet (in a larger
+// type in the kernel's name. Layouts are NCCL 2.28's (older versions since 2.19 are read the
+// same way) or 2.30's, chosen by the ncclGetVersion of the libnccl loaded in the process;
+// anything unrecognised falls back to the ordinary kernel cost. Send/receive kernels are timed but do not meet (in a larger
 // communicator not every rank takes part in them). See docs/simgpu.md.
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -69,7 +72,7 @@ Table* table() {
   return t;
 }
 
-// ---- NCCL 2.28's device-side layouts (src/include/device.h), read-only ----
+// ---- NCCL's device-side layouts (src/include/device.h), read-only ----
 struct KernelComm {  // ncclKernelComm's head
   int32_t rank;
   int32_t n_ranks;
@@ -88,17 +91,41 @@ struct WorkBatch {
   uint32_t offset_base;
   uint64_t offset_bitset;
 };
-constexpr int kWorkP2p = 0, kWorkColl = 1, kWorkCollReg = 2;
-constexpr size_t kWorkSize[] = {64, 96, 96 + 3 * 8 * 8};  // ncclDevWorkP2p, ncclDevWorkColl, ncclDevWorkCollReg
-struct WorkColl {  // ncclDevWorkColl
-  uint32_t channels;  // channelLo:8, channelHi:8, ...
-  uint32_t root;
-  uint64_t recvbuff, sendbuff, sendbuff_offset, recvbuff_offset, send_rmt, recv_rmt;
-  uint64_t count_lo, count_mid, count_hi;
-};
-struct WorkP2p {  // ncclDevWorkP2p's head
+constexpr unsigned kWorkP2p = 0, kWorkBcast = 3;  // 1 ncclDevWorkColl, 2 ncclDevWorkCollReg
+struct WorkP2p {  // ncclDevWorkP2p's head (the same in 2.28 and 2.30)
   uint64_t send_addr, recv_addr, send_bytes, recv_bytes;
 };
+
+// What moved between versions: 2.30 padded ncclDevWorkColl to 128 bytes (its counts from byte
+// 56 to 80) and added the batched-broadcast work (ncclDevWorkBcast, its byte count at 24).
+struct Layout {
+  size_t work_size[4];  // by work type: P2p, Coll, CollReg, Bcast
+  size_t coll_counts;   // countLo, countMid, countHi
+};
+constexpr Layout kLayout228 = {{64, 96, 96 + 192, 0}, 56};
+constexpr Layout kLayout230 = {{64, 128, 128 + 192, 48}, 80};
+
+// The version of the NCCL loaded in this process (ncclGetVersion of the first libnccl found),
+// 0 when none is.
+int loaded_nccl_version() {
+  static const int version = [] {
+    void* handle = nullptr;
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* out) {
+          if (!info->dlpi_name || !std::strstr(info->dlpi_name, "libnccl.so")) return 0;
+          *static_cast<void**>(out) = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
+          return *static_cast<void**>(out) ? 1 : 0;
+        },
+        &handle);
+    using GetVersion = int (*)(int*);
+    auto get = handle ? reinterpret_cast<GetVersion>(dlsym(handle, "ncclGetVersion")) : nullptr;
+    int v = 0;
+    if (!get || get(&v) != 0) v = 0;
+    log(2, "NCCL %d in this process: reading its %s work layout", v, v >= 23000 ? "2.30" : "2.28");
+    return v;
+  }();
+  return version;
+}
 
 enum class Kind { all_reduce, broadcast, reduce, all_gather, reduce_scatter, send_recv, other };
 
@@ -162,6 +189,7 @@ bool parse(const KernelLaunch& k, Collective* c) {
   c->n_ranks = comm.n_ranks;
   c->kind = kind_of(k.fn->name);
   size_t elem = element_size(k.fn->name);
+  const Layout& layout = loaded_nccl_version() >= 23000 ? kLayout230 : kLayout228;
   // Every work once: channel b's batch chain starts at batches[b] (one block per channel).
   std::set<uint64_t> seen;
   double bytes = 0;
@@ -171,13 +199,13 @@ bool parse(const KernelLaunch& k, Collective* c) {
       WorkBatch b;
       if (!read_at(args, sizeof(KernelArgs) + index * sizeof(WorkBatch), &b)) break;
       unsigned type = (b.flags >> 15) & 3;
-      if (type > kWorkCollReg) break;
+      if (layout.work_size[type] == 0) break;
       for (int bit = 0; bit < 64; ++bit) {
         if (!(b.offset_bitset >> bit & 1)) continue;
-        uint64_t offset = b.offset_base + static_cast<uint64_t>(bit) * kWorkSize[type];
+        uint64_t offset = b.offset_base + static_cast<uint64_t>(bit) * layout.work_size[type];
         if (!seen.insert(offset).second) continue;
-        unsigned char work[sizeof(WorkColl)];
-        size_t need = type == kWorkP2p ? sizeof(WorkP2p) : sizeof(WorkColl);
+        unsigned char work[128];
+        size_t need = type == kWorkP2p ? sizeof(WorkP2p) : type == kWorkBcast ? 32 : layout.coll_counts + 24;
         if (head.storage_type == 0) {
           if (offset + need > args.size()) continue;
           std::memcpy(work, args.data() + offset, need);
@@ -190,11 +218,17 @@ bool parse(const KernelLaunch& k, Collective* c) {
           WorkP2p w;
           std::memcpy(&w, work, sizeof w);
           bytes += static_cast<double>(w.send_bytes > w.recv_bytes ? w.send_bytes : w.recv_bytes);
+        } else if (type == kWorkBcast) {
+          uint64_t n;
+          std::memcpy(&n, work + 24, sizeof n);
+          bytes += static_cast<double>(n);
         } else {
-          WorkColl w;
-          std::memcpy(&w, work, sizeof w);
-          int lo = w.channels & 0xff, hi = (w.channels >> 8) & 0xff;
-          uint64_t count = w.count_lo + (hi > lo ? w.count_hi + w.count_mid * static_cast<uint64_t>(hi - lo - 1) : 0);
+          uint32_t channels;  // channelLo:8, channelHi:8, ...
+          uint64_t counts[3];  // lo, mid, hi
+          std::memcpy(&channels, work, sizeof channels);
+          std::memcpy(counts, work + layout.coll_counts, sizeof counts);
+          int lo = channels & 0xff, hi = (channels >> 8) & 0xff;
+          uint64_t count = counts[0] + (hi > lo ? counts[2] + counts[1] * static_cast<uint64_t>(hi - lo - 1) : 0);
           bytes += link_bytes(c->kind, static_cast<double>(count * elem), c->n_ranks);
         }
       }

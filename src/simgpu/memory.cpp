@@ -229,6 +229,12 @@ SIM_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = p; return CUDA_SUCCESS;
+    // cuMemAlloc'ed memory could be shared with cuIpcGetMemHandle on a real GPU; cuMemMap'ed not.
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      if (!device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<int*>(data) = !mapping_of(p, nullptr, nullptr);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *static_cast<int*>(data) = 0; return CUDA_SUCCESS;
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
 }

@@ -1,5 +1,6 @@
-// The simulated GPUs' NVML (build/simgpu/libnvidia-ml.so.1): the device queries NCCL makes
-// at initialisation (count, handles by index and PCI bus id, compute capability, P2P status).
+// The simulated GPUs' NVML (build/simgpu/libnvidia-ml.so.1): the device queries NCCL 2.28-2.30
+// makes at initialisation (count, handles by index and PCI bus id, compute capability, PCI
+// identity and link, P2P status).
 // It answers as a PCIe machine: peer reads and writes work, NVLink, fabric and platform
 // queries are NOT_SUPPORTED. No NVIDIA header is needed: the ABI is a C enum of return
 // codes and opaque device handles. Device count comes from SIMGPU_DEVICES, as in libcuda;
@@ -107,6 +108,64 @@ NVML_API int nvmlDeviceGetName(void* device, char* name, unsigned length) {
   Device* d = as_device(device);
   if (!d || !name || length == 0) return kInvalidArgument;
   std::snprintf(name, length, "tandem simulated GPU %u", d->index);
+  return kSuccess;
+}
+
+// An H100 SXM5 80GB (vendor 0x10de, device 0x2330, subsystem 0x16c1) at libcuda's bus id, on a
+// PCIe 5.0 x16 link. The structures are NVML's nvmlPciInfo_t and nvmlPciInfoExt_v1_t.
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+struct PciInfoExt {
+  unsigned version, domain, bus, device, pci_device_id, pci_subsystem_id, base_class, sub_class;
+  char bus_id[32];
+};
+constexpr unsigned kPciDeviceId = 0x2330u << 16 | 0x10de, kPciSubsystemId = 0x16c1u << 16 | 0x10de;
+
+NVML_API int nvmlDeviceGetPciInfo_v3(void* device, PciInfo* pci) {
+  Device* d = as_device(device);
+  if (!d || !pci) return kInvalidArgument;
+  std::memset(pci, 0, sizeof *pci);
+  pci->bus = d->index + 1;
+  pci->pci_device_id = kPciDeviceId;
+  pci->pci_subsystem_id = kPciSubsystemId;
+  std::snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "0000:%02x:00.0", pci->bus);
+  std::snprintf(pci->bus_id, sizeof pci->bus_id, "00000000:%02x:00.0", pci->bus);
+  return kSuccess;
+}
+NVML_API int nvmlDeviceGetPciInfo_v2(void* device, PciInfo* pci) { return nvmlDeviceGetPciInfo_v3(device, pci); }
+NVML_API int nvmlDeviceGetPciInfo(void* device, PciInfo* pci) { return nvmlDeviceGetPciInfo_v3(device, pci); }
+
+NVML_API int nvmlDeviceGetPciInfoExt(void* device, PciInfoExt* pci) {
+  Device* d = as_device(device);
+  if (!d || !pci) return kInvalidArgument;
+  unsigned version = pci->version;
+  std::memset(pci, 0, sizeof *pci);
+  pci->version = version;
+  pci->bus = d->index + 1;
+  pci->pci_device_id = kPciDeviceId;
+  pci->pci_subsystem_id = kPciSubsystemId;
+  pci->base_class = 0x03;  // display controller
+  pci->sub_class = 0x02;   // 3D controller
+  std::snprintf(pci->bus_id, sizeof pci->bus_id, "00000000:%02x:00.0", pci->bus);
+  return kSuccess;
+}
+
+NVML_API int nvmlDeviceGetPcieLinkMaxSpeed(void* device, unsigned* mbps) {
+  if (!as_device(device) || !mbps) return kInvalidArgument;
+  *mbps = 32000;  // 32 GT/s per lane
+  return kSuccess;
+}
+NVML_API int nvmlDeviceGetCurrPcieLinkGeneration(void* device, unsigned* gen) {
+  if (!as_device(device) || !gen) return kInvalidArgument;
+  *gen = 5;
+  return kSuccess;
+}
+NVML_API int nvmlDeviceGetCurrPcieLinkWidth(void* device, unsigned* width) {
+  if (!as_device(device) || !width) return kInvalidArgument;
+  *width = 16;
   return kSuccess;
 }
 
