@@ -13,8 +13,9 @@
 // (ncclDevWorkColl / ncclDevWorkP2p, in the arguments or NCCL's work FIFO) and the element
 // type in the kernel's name. Layouts are NCCL 2.28's (older versions since 2.19 are read the
 // same way) or 2.30's, chosen by the ncclGetVersion of the libnccl loaded in the process;
-// anything unrecognised falls back to the ordinary kernel cost. Send/receive kernels are timed but do not meet (in a larger
-// communicator not every rank takes part in them). See docs/simgpu.md.
+// anything unrecognised falls back to the ordinary kernel cost. Send/receive kernels are
+// timed but do not meet (in a larger communicator not every rank takes part in them).
+// See docs/simgpu.md.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
