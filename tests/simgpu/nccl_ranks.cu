@@ -1,15 +1,15 @@
-// NCCL's C API on the simulated GPUs: 2 processes, one GPU each, one communicator.
-// Usage: simgpu_nccl CHECK   (CHECK: basic | late | bandwidth | straggler)
+// NCCL's C API on the simulated GPUs: 2 (or RANKS) processes, one GPU each, one communicator.
+// Usage: simgpu_nccl CHECK [RANKS]   (CHECK: basic | late | bandwidth | straggler)
 //  basic:     ncclGetUniqueId / ncclCommInitRank, all_reduce, broadcast, a barrier-like
 //             1-element all_reduce, ncclCommDestroy; the communicator's rank and size.
-//  late:      rank 1 starts its all_reduce 200 ms after rank 0: rank 0's completes no earlier
+//  late:      rank 1 starts its all_reduce 200 ms after the others: theirs complete no earlier
 //             (a collective ends once every rank has started it); rank 1's is not delayed.
 //  bandwidth: all_reduces of 64 and 256 MiB take about bytes over the link / SIMGPU_LINK_GBPS
 //             (2(n-1)/n of the message per rank, NCCL's ring), and 4 times as long as each other
 //             (best of 3 each).
 //  straggler: 20 steps of compute and all_reduce, rank 1 40 ms late to each (run under tandem
 //             by nccl_e2e.py).
-// The parent forks the ranks before any CUDA call and hands rank 0's unique id to rank 1
+// The parent forks the ranks before any CUDA call and hands rank 0's unique id to the others
 // through a pipe. Every wait is bounded: a rank gives up after 60 s, the parent after 90 s.
 #include <nccl.h>
 #include <signal.h>
@@ -25,6 +25,7 @@
 #include <thread>
 
 static int g_rank = -1;
+static int g_ranks = 2;  // one process per simulated GPU
 
 #define CUDA_OK(x)                                                                              \
   do {                                                                                          \
@@ -78,7 +79,7 @@ static void run_basic(Rank& r, float* buf) {
   int n = 0, me = -1;
   NCCL_OK(ncclCommCount(r.comm, &n));
   NCCL_OK(ncclCommUserRank(r.comm, &me));
-  EXPECT(n == 2 && me == g_rank);
+  EXPECT(n == g_ranks && me == g_rank);
   int device = -1;
   NCCL_OK(ncclCommCuDevice(r.comm, &device));
   EXPECT(device == g_rank);
@@ -94,8 +95,8 @@ static void run_late(Rank& r, float* buf) {
   if (g_rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   double t = timed_all_reduce(r, buf, 4 << 10);
   std::printf("rank %d: all_reduce took %.1f ms\n", g_rank, t * 1e3);
-  if (g_rank == 0) EXPECT(t >= 0.190);  // waited for rank 1
-  else EXPECT(t < 0.100);               // rank 0 was already there
+  if (g_rank != 1) EXPECT(t >= 0.190);  // waited for rank 1
+  else EXPECT(t < 0.100);                // the others were already there
 }
 
 static void run_bandwidth(Rank& r, float* buf) {
@@ -112,7 +113,8 @@ static void run_bandwidth(Rank& r, float* buf) {
       barrier(r, buf);
       times[i] = std::min(times[i], timed_all_reduce(r, buf, sizes[i]));
     }
-    double expected = static_cast<double>(sizes[i]) / (gbps * 1e9);  // 2(n-1)/n = 1 for 2 ranks
+    double link_bytes = 2.0 * (g_ranks - 1) / g_ranks * static_cast<double>(sizes[i]);  // a ring all_reduce
+    double expected = link_bytes / (gbps * 1e9);
     std::printf("rank %d: all_reduce of %zu MiB took %.1f ms (bytes / link: %.1f ms)\n", g_rank, sizes[i] >> 20,
                 times[i] * 1e3, expected * 1e3);
     EXPECT(times[i] >= 0.95 * expected);
@@ -151,13 +153,13 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
   ncclUniqueId id;
   if (rank == 0) {
     NCCL_OK(ncclGetUniqueId(&id));
-    EXPECT(write(id_fd, &id, sizeof id) == static_cast<ssize_t>(sizeof id));
+    for (int peer = 1; peer < g_ranks; ++peer) EXPECT(write(id_fd, &id, sizeof id) == static_cast<ssize_t>(sizeof id));
   } else {
     EXPECT(read(id_fd, &id, sizeof id) == static_cast<ssize_t>(sizeof id));
   }
   CUDA_OK(cudaSetDevice(rank));
   Rank r;
-  NCCL_OK(ncclCommInitRank(&r.comm, 2, id, rank));
+  NCCL_OK(ncclCommInitRank(&r.comm, g_ranks, id, rank));
   CUDA_OK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
   float* buf = nullptr;
   CUDA_OK(cudaMalloc(&buf, 256ull << 20));  // lazily committed: the kernels never touch it
@@ -174,15 +176,20 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
   return 0;
 }
 
+static void kill_all(const pid_t* pids) {
+  for (int rank = 0; rank < g_ranks; ++rank) kill(pids[rank], SIGKILL);
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler\n", argv[0]);
+  if (argc < 2 || argc > 3 || (argc == 3 && (std::atoi(argv[2]) < 2 || std::atoi(argv[2]) > 8))) {
+    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler [RANKS: 2-8, default 2]\n", argv[0]);
     return 2;
   }
+  if (argc == 3) g_ranks = std::atoi(argv[2]);
   int id_pipe[2];
   EXPECT(pipe(id_pipe) == 0);
-  pid_t pids[2];
-  for (int rank = 0; rank < 2; ++rank) {
+  pid_t pids[8];
+  for (int rank = 0; rank < g_ranks; ++rank) {
     pids[rank] = fork();
     EXPECT(pids[rank] >= 0);
     // exit(), not _exit(): under tandem each rank writes its statistics file at exit.
@@ -190,20 +197,19 @@ int main(int argc, char** argv) {
   }
   int failed = 0;
   double deadline = seconds() + 90;
-  for (int done = 0; done < 2;) {
+  for (int done = 0; done < g_ranks;) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
       ++done;
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::fprintf(stderr, "rank %d failed (status %#x)\n", pid == pids[0] ? 0 : 1, status);
-        kill(pid == pids[0] ? pids[1] : pids[0], SIGKILL);  // its peer would wait for it
+        std::fprintf(stderr, "rank process %d failed (status %#x)\n", static_cast<int>(pid), status);
+        kill_all(pids);  // its peers would wait for it
         failed = 1;
       }
     } else if (seconds() > deadline) {
       std::fprintf(stderr, "ranks still running after 90 s: killing them\n");
-      kill(pids[0], SIGKILL);
-      kill(pids[1], SIGKILL);
+      kill_all(pids);
       return 1;
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
