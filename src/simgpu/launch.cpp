@@ -4,6 +4,8 @@
 
 #include "sim.h"
 
+extern "C" CUresult cuEventRecord_ptsz(CUevent e, CUstream s);  // cuda.h declares it in per-thread mode only
+
 namespace simgpu {
 namespace {
 
@@ -61,10 +63,19 @@ CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const uns
   return submit(st, op);
 }
 
+// cuLaunchKernelEx's attributes: a launch-completion event (NCCL's implicit launch order) is
+// recorded right before the kernel, so it completes when the kernel starts; the others
+// (clusters, memory-synchronisation domains, scheduling hints) change nothing here.
 CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
-  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  if (!c || (c->numAttrs && !c->attrs)) return CUDA_ERROR_INVALID_VALUE;
   unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
   unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
+  for (unsigned i = 0; i < c->numAttrs; ++i) {
+    if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) continue;
+    CUevent ev = c->attrs[i].value.launchCompletionEvent.event;
+    CUresult r = per_thread ? cuEventRecord_ptsz(ev, c->hStream) : cuEventRecord(ev, c->hStream);
+    if (r != CUDA_SUCCESS) return r;
+  }
   return launch("cuLaunchKernelEx", f, grid, block, c->sharedMemBytes, c->hStream, params, extra, per_thread);
 }
 

@@ -3,6 +3,7 @@
 // Usage: simgpu_nccl_driver FATBIN CHECK
 //   limits    H100 shared-memory attributes; a launch over its function's dynamic shared memory
 //             fails until cuFuncSetAttribute opts in; no multicast
+//   launch_event  cuLaunchKernelEx's launch-completion event completes when the kernel starts
 //   memops    cuStreamWaitValue32/64 hold a stream until the host writes the word;
 //             cuStreamWriteValue32/64 and cuStreamBatchMemOp store in stream order
 //   mapped    cuMemMap'ed memory: cuMemRetainAllocationHandle, cuMemGetAddressRange, legacy
@@ -45,6 +46,35 @@ static void limits(const char* fatbin) {
   size_t granularity = 0;
   CUmulticastObjectProp mc{};
   CHECK(cuMulticastGetGranularity(&granularity, &mc, CU_MULTICAST_GRANULARITY_MINIMUM) == CUDA_ERROR_NOT_SUPPORTED);
+}
+
+static void launch_event(const char* fatbin) {
+  CUfunction spin = load_kernel(fatbin, "spin_kernel");
+  CUstream s;
+  CUevent started;
+  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CK(cuEventCreate(&started, CU_EVENT_DISABLE_TIMING));
+  unsigned long long ns = 100000000;  // two kernels of 100 ms
+  void* params[] = {&ns};
+  CK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s, params, nullptr));
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+  attr.value.launchCompletionEvent.event = started;
+  CUlaunchConfig config{};
+  config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = 32;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = s;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  auto t0 = std::chrono::steady_clock::now();
+  CK(cuLaunchKernelEx(&config, spin, params, nullptr));
+  CK(cuEventSynchronize(started));  // the second kernel has started: the first has run
+  double at = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(cuStreamQuery(s) == CUDA_ERROR_NOT_READY);  // and it is still running
+  std::printf("launch-completion event after %.0f ms\n", at * 1e3);
+  CHECK(at >= 0.090);
+  CK(cuStreamSynchronize(s));
 }
 
 static void memops() {
@@ -174,6 +204,7 @@ int main(int argc, char** argv) {
   std::string check = argv[2];
   if (check == "limits") limits(argv[1]);
   else if (check == "memops") memops();
+  else if (check == "launch_event") launch_event(argv[1]);
   else if (check == "mapped") mapped();
   else if (check == "images") images();
   else if (check == "nvml") nvml();
