@@ -4,7 +4,9 @@
 //    has started it. One late rank holds all the others (why tandem never holds an NCCL
 //    kernel back);
 //  * duration: once all have arrived it lasts the bytes each rank moves over its link
-//    divided by the link bandwidth (SIMGPU_LINK_GBPS), at least SIMGPU_MIN_KERNEL_NS.
+//    divided by the link bandwidth (SIMGPU_LINK_GBPS), at least SIMGPU_MIN_KERNEL_NS, and
+//    ends when the slowest rank's transfer ends (a GPU shared with another process slows
+//    the whole collective).
 // Ranks are recognised from the kernel's argument (NCCL 2.19+: ncclDevKernelArgs, whose first
 // field points at the communicator's device-side ncclKernelComm: rank and nRanks first):
 // the n-th collective a process runs on its k-th communicator of N ranks meets the n-th
@@ -50,7 +52,8 @@ struct Arrival {
 };
 struct Table {
   std::atomic<uint32_t> magic;
-  Arrival arrivals[kMaxRanks][kWindow][kMaxRanks];  // [nRanks - 1][sequence % window][rank]
+  Arrival arrivals[kMaxRanks][kWindow][kMaxRanks];  // [nRanks - 1][sequence % window][rank]: started
+  Arrival finished[kMaxRanks][kWindow][kMaxRanks];  // the same: done with its transfer
 };
 
 Table* table() {
@@ -264,13 +267,11 @@ uint64_t next_key(uint64_t comm, int n_ranks) {
 
 bool alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
-// Records this rank's arrival and waits for the others'; returns when the last arrived.
-void meet(const Collective& c) {
-  Table* t = table();
-  if (!t || c.n_ranks == 1) return;
-  uint64_t key = next_key(c.comm, c.n_ranks);
+// Records that this rank reached a point of collective `key` (started it, or finished its
+// transfer: `rows`) and waits for the others; returns when the last got there.
+void meet(const Collective& c, uint64_t key, Arrival (&rows)[kMaxRanks][kWindow][kMaxRanks]) {
   // A peer can be at most kWindow collectives ahead: it waits for this rank at each of them.
-  auto& row = t->arrivals[c.n_ranks - 1][key % kWindow];
+  auto& row = rows[c.n_ranks - 1][key % kWindow];
   row[c.rank].pid.store(getpid(), std::memory_order_relaxed);
   row[c.rank].key.store(key, std::memory_order_release);
   uint64_t deadline = now_ns() + kWaitLimitNs;
@@ -296,16 +297,26 @@ void forget_communicators(CUdeviceptr base, size_t bytes) {
   for (auto it = g_comms->lower_bound(base); it != g_comms->end() && it->first < base + bytes;) it = g_comms->erase(it);
 }
 
-uint64_t nccl_kernel_ns(const KernelLaunch& k) {
+// The transfer runs on the simulated GPU like any kernel (4 SMs, contending with other
+// processes), and the collective ends when every rank's transfer has: a rank slowed by
+// another process on its GPU slows the whole ring, as it would on real GPUs.
+void run_nccl_kernel(const KernelLaunch& k, unsigned sms) {
   Collective c;
-  if (!parse(k, &c)) return kernel_cost_ns(k);
-  if (c.kind != Kind::send_recv && c.kind != Kind::other) meet(c);
+  if (!parse(k, &c)) {
+    run_on_gpu(k.device, kernel_cost_ns(k), sms);
+    return;
+  }
   double bytes_per_ns = static_cast<double>(settings().link_gbps);  // GB/s = bytes/ns
   auto ns = static_cast<uint64_t>(c.bytes / bytes_per_ns);
-  uint64_t floor = settings().min_kernel_ns;
+  if (ns < settings().min_kernel_ns) ns = settings().min_kernel_ns;
   log(3, "%s: rank %d/%d, %.0f bytes over the link, %llu ns", k.fn->name.c_str(), c.rank, c.n_ranks, c.bytes,
       static_cast<unsigned long long>(ns));
-  return ns > floor ? ns : floor;
+  Table* t = table();
+  bool together = t && c.n_ranks > 1 && c.kind != Kind::send_recv && c.kind != Kind::other;
+  uint64_t key = together ? next_key(c.comm, c.n_ranks) : 0;
+  if (together) meet(c, key, t->arrivals);
+  run_on_gpu(k.device, ns, sms);
+  if (together) meet(c, key, t->finished);
 }
 
 }  // namespace simgpu

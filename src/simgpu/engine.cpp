@@ -30,8 +30,8 @@ void execute(Stream* s, Op& op) {
       unsigned sms = op.launch.fn && op.launch.fn->nccl ? 4u : blocks;
       if (sms > static_cast<unsigned>(settings().sms)) sms = static_cast<unsigned>(settings().sms);
       s->running_kernels.fetch_add(1);
-      uint64_t ns = op.launch.fn && op.launch.fn->nccl ? nccl_kernel_ns(op.launch) : kernel_cost_ns(op.launch);
-      run_on_gpu(op.launch.device, ns, sms == 0 ? 1 : sms);
+      if (op.launch.fn && op.launch.fn->nccl) run_nccl_kernel(op.launch, sms == 0 ? 1 : sms);  // collectives.cpp
+      else run_on_gpu(op.launch.device, kernel_cost_ns(op.launch), sms == 0 ? 1 : sms);
       s->running_kernels.fetch_sub(1);
       break;
     }

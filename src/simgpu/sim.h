@@ -176,9 +176,10 @@ void contention_after_fork_child();
 // ---- kernel cost (engine.cpp) ----
 uint64_t kernel_cost_ns(const KernelLaunch& k);
 // ---- NCCL collectives (collectives.cpp) ----
-// Meets the other ranks of the collective (returns once all have started it), then gives its
-// transfer time over the link; the ordinary cost when the launch is not a recognised collective.
-uint64_t nccl_kernel_ns(const KernelLaunch& k);
+// Runs an NCCL kernel on `sms` SMs: a recognised collective meets the other ranks (once all
+// have started it), transfers its bytes over the link, and ends when all ranks' transfers
+// have; anything else costs what an ordinary kernel does.
+void run_nccl_kernel(const KernelLaunch& k, unsigned sms);
 // Freed device memory: communicators whose device side lived there are gone.
 void forget_communicators(CUdeviceptr base, size_t bytes);
 

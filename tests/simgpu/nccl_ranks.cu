@@ -1,5 +1,5 @@
 // NCCL's C API on the simulated GPUs: 2 (or RANKS) processes, one GPU each, one communicator.
-// Usage: simgpu_nccl CHECK [RANKS]   (CHECK: basic | late | bandwidth | straggler)
+// Usage: simgpu_nccl CHECK [RANKS]   (CHECK: basic | late | bandwidth | straggler | shared)
 //  basic:     ncclGetUniqueId / ncclCommInitRank, all_reduce, broadcast, a barrier-like
 //             1-element all_reduce, ncclCommDestroy; the communicator's rank and size.
 //  late:      rank 1 starts its all_reduce 200 ms after the others: theirs complete no earlier
@@ -9,6 +9,8 @@
 //             (best of 3 each).
 //  straggler: 20 steps of compute and all_reduce, rank 1 40 ms late to each (run under tandem
 //             by nccl_e2e.py).
+//  shared:    another process keeps GPU 1 busy: rank 1's transfer runs at about half speed
+//             (time slices) and rank 0's all_reduce lasts as long (at least 1.5x alone).
 // The parent forks the ranks before any CUDA call and hands rank 0's unique id to the others
 // through a pipe. Every wait is bounded: a rank gives up after 60 s, the parent after 90 s.
 #include <nccl.h>
@@ -147,6 +149,34 @@ static void run_straggler(Rank& r, float* buf) {
   EXPECT(t >= 0.95);
 }
 
+// Another process runs 10 ms kernels on GPU 1 without pause (until killed, at most 60 s):
+// in time-slice mode rank 1's transfers get about half of GPU 1.
+static int run_hog() {
+  g_rank = -1;
+  CUDA_OK(cudaSetDevice(1));
+  for (double end = seconds() + 60; seconds() < end;) {
+    step_spin_kernel<<<132, 128>>>(10000000);
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  return 0;
+}
+
+// Rank 1's GPU is shared with the hog: its half-speed transfer holds rank 0's collective too.
+static void run_shared(Rank& r, float* buf) {
+  const char* gbps_env = std::getenv("SIMGPU_LINK_GBPS");
+  EXPECT(gbps_env != nullptr);
+  const size_t bytes = 64ull << 20;
+  double expected = 2.0 * (g_ranks - 1) / g_ranks * static_cast<double>(bytes) / (std::atof(gbps_env) * 1e9);
+  double best = 1e9;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    barrier(r, buf);
+    best = std::min(best, timed_all_reduce(r, buf, bytes));
+  }
+  std::printf("rank %d: all_reduce of 64 MiB beside a busy GPU 1 took %.1f ms (alone: %.1f ms)\n", g_rank,
+              best * 1e3, expected * 1e3);
+  EXPECT(best >= 1.5 * expected);
+}
+
 static int run_rank(int rank, int id_fd, const std::string& check) {
   g_rank = rank;
   alarm(60);  // a hung rank fails the test instead of hanging it
@@ -167,6 +197,7 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
   else if (check == "late") run_late(r, buf);
   else if (check == "bandwidth") run_bandwidth(r, buf);
   else if (check == "straggler") run_straggler(r, buf);
+  else if (check == "shared") run_shared(r, buf);
   else EXPECT(!"unknown check");
   NCCL_OK(ncclCommDestroy(r.comm));
   CUDA_OK(cudaFree(buf));
@@ -179,10 +210,11 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
 static void kill_all(const pid_t* pids) {
   for (int rank = 0; rank < g_ranks; ++rank) kill(pids[rank], SIGKILL);
 }
+static int run_ranks(const pid_t* pids);
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3 || (argc == 3 && (std::atoi(argv[2]) < 2 || std::atoi(argv[2]) > 8))) {
-    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler [RANKS: 2-8, default 2]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared [RANKS: 2-8, default 2]\n", argv[0]);
     return 2;
   }
   if (argc == 3) g_ranks = std::atoi(argv[2]);
@@ -195,11 +227,28 @@ int main(int argc, char** argv) {
     // exit(), not _exit(): under tandem each rank writes its statistics file at exit.
     if (pids[rank] == 0) std::exit(run_rank(rank, rank == 0 ? id_pipe[1] : id_pipe[0], argv[1]));
   }
+  pid_t hog = -1;
+  if (std::string(argv[1]) == "shared") {
+    hog = fork();
+    EXPECT(hog >= 0);
+    if (hog == 0) std::exit(run_hog());
+  }
+  int failed = run_ranks(pids);
+  if (hog > 0) {
+    kill(hog, SIGKILL);
+    waitpid(hog, nullptr, 0);
+  }
+  return failed;
+}
+
+// Waits for the ranks (at most 90 s); a failed rank's peers are killed (they would wait for it).
+static int run_ranks(const pid_t* pids) {
   int failed = 0;
   double deadline = seconds() + 90;
   for (int done = 0; done < g_ranks;) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0 && std::find(pids, pids + g_ranks, pid) == pids + g_ranks) continue;  // not a rank (the hog)
     if (pid > 0) {
       ++done;
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
