@@ -6,7 +6,8 @@
 //             (a collective ends once every rank has started it); rank 1's is not delayed.
 //  bandwidth: all_reduces of 64 and 256 MiB take about bytes over the link / SIMGPU_LINK_GBPS
 //             (2(n-1)/n of the message per rank, NCCL's ring), and 4 times as long as each other
-//             (best of 3 each).
+//             (best of 3 each); broadcast, all_gather and reduce_scatter of 32 MiB per rank
+//             take 1, n-1 and n-1 times 32 MiB over the link.
 //  straggler: 20 steps of compute and all_reduce, rank 1 40 ms late to each (run under tandem
 //             by nccl_e2e.py).
 //  shared:    another process keeps GPU 1 busy: rank 1's transfer runs at about half speed
@@ -125,6 +126,28 @@ static void run_bandwidth(Rank& r, float* buf) {
   double ratio = times[1] / times[0];
   std::printf("rank %d: 256 MiB / 64 MiB time ratio %.2f\n", g_rank, ratio);
   EXPECT(ratio > 3.0 && ratio < 5.0);
+  // The other collectives' bytes over the link, for 32 MiB per rank: broadcast the message,
+  // all_gather and reduce_scatter (n-1) times a rank's part.
+  const size_t part = 32ull << 20, count = part / sizeof(float);
+  char* bytes = reinterpret_cast<char*>(buf);
+  const char* names[3] = {"broadcast", "all_gather", "reduce_scatter"};
+  const double factors[3] = {1.0, static_cast<double>(g_ranks - 1), static_cast<double>(g_ranks - 1)};
+  for (int k = 0; k < 3; ++k) {
+    double best = 1e9;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      barrier(r, buf);
+      double t0 = seconds();
+      if (k == 0) NCCL_OK(ncclBroadcast(buf, buf, count, ncclFloat, 0, r.comm, r.stream));
+      if (k == 1) NCCL_OK(ncclAllGather(buf, bytes + part, count, ncclFloat, r.comm, r.stream));
+      if (k == 2) NCCL_OK(ncclReduceScatter(bytes + part, buf, count, ncclFloat, ncclSum, r.comm, r.stream));
+      CUDA_OK(cudaStreamSynchronize(r.stream));
+      best = std::min(best, seconds() - t0);
+    }
+    double expected = factors[k] * static_cast<double>(part) / (gbps * 1e9);
+    std::printf("rank %d: %s of 32 MiB per rank took %.1f ms (bytes / link: %.1f ms)\n", g_rank, names[k], best * 1e3,
+                expected * 1e3);
+    EXPECT(best >= 0.95 * expected && best <= 1.5 * expected + 0.030);
+  }
 }
 
 // The simulator runs a kernel named *spin* for its argument's nanoseconds: a training step's compute.
