@@ -157,7 +157,9 @@ Stream* create_stream(unsigned flags, int priority) {
 }
 
 void destroy_stream(Stream* s) {
-  synchronize_stream(s);
+  // A stream in a capture has nothing queued (its work went into the graph); destroying one
+  // that joined a capture is allowed (NCCL does it) and leaves the capture as it is.
+  if (!s->capture) synchronize_stream(s);
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   for (auto it = g_streams->begin(); it != g_streams->end(); ++it)
     if (*it == s) {

@@ -205,6 +205,10 @@ bool capture_is_global_active();
 // Joins stream `s` to `c` (fork/join capture through events).
 void join_capture(Stream* s, Capture* c);
 void record_into_capture(Stream* s, const Op& op);
+// User objects (capture_dependencies.cpp): an executable graph takes the references its graph
+// holds; a destroyed graph or executable graph gives its references back.
+void copy_user_objects(const void* graph, const void* exec);
+void release_user_objects(const void* owner);
 CUresult invalidate_capture(Stream* s, CUresult why);
 
 // ---- memory (memory.cpp) ----

@@ -4,6 +4,9 @@
 //   limits    H100 shared-memory attributes; a launch over its function's dynamic shared memory
 //             fails until cuFuncSetAttribute opts in; no multicast
 //   launch_event  cuLaunchKernelEx's launch-completion event completes when the kernel starts
+//   capture   what NCCL does inside a capture: dependency updates, a joined stream destroyed
+//             before the capture ends, event-record nodes, user objects released with the
+//             last (executable) graph holding them
 //   memops    cuStreamWaitValue32/64 hold a stream until the host writes the word;
 //             cuStreamWriteValue32/64 and cuStreamBatchMemOp store in stream order
 //   mapped    cuMemMap'ed memory: cuMemRetainAllocationHandle, cuMemGetAddressRange, legacy
@@ -75,6 +78,51 @@ static void launch_event(const char* fatbin) {
   std::printf("launch-completion event after %.0f ms\n", at * 1e3);
   CHECK(at >= 0.090);
   CK(cuStreamSynchronize(s));
+}
+
+static int g_destroyed = 0;
+static void count_destruction(void*) { ++g_destroyed; }
+
+static void capture(const char* fatbin) {
+  CUfunction spin = load_kernel(fatbin, "spin_kernel");
+  CUstream s, joined;
+  CUevent fork_point, recorded;
+  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamCreate(&joined, CU_STREAM_NON_BLOCKING));
+  CK(cuEventCreate(&fork_point, CU_EVENT_DISABLE_TIMING));
+  CK(cuEventCreate(&recorded, CU_EVENT_DISABLE_TIMING));
+  CUgraphNode none = nullptr;
+  CHECK(cuStreamUpdateCaptureDependencies(s, &none, nullptr, 0, CU_STREAM_SET_CAPTURE_DEPENDENCIES) == CUDA_ERROR_ILLEGAL_STATE);
+  // A stream that joined the capture is destroyed before it ends (NCCL's strong streams do).
+  unsigned long long ns = 100000000;
+  void* params[] = {&ns};
+  CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s, params, nullptr));
+  CK(cuEventRecord(fork_point, s));
+  CK(cuStreamWaitEvent(joined, fork_point, 0));
+  CK(cuStreamUpdateCaptureDependencies(joined, &none, nullptr, 0, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+  CK(cuStreamDestroy(joined));
+  CUgraph g;
+  CK(cuStreamEndCapture(s, &g));
+  // An event-record node after the 100 ms kernel, and a user object the graph holds.
+  CUgraphNode node;
+  CK(cuGraphAddEventRecordNode(&node, g, nullptr, 0, recorded));
+  CUgraphNodeType type;
+  CK(cuGraphNodeGetType(node, &type));
+  CHECK(type == CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+  CUuserObject object;
+  CK(cuUserObjectCreate(&object, nullptr, count_destruction, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CK(cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE));
+  CUgraphExec exec;
+  CK(cuGraphInstantiateWithFlags(&exec, g, 0));
+  CK(cuGraphDestroy(g));
+  CHECK(g_destroyed == 0);  // the executable graph still holds it
+  CK(cuGraphLaunch(exec, s));
+  CHECK(cuEventQuery(recorded) == CUDA_ERROR_NOT_READY);  // behind the kernel
+  CK(cuStreamSynchronize(s));
+  CHECK(cuEventQuery(recorded) == CUDA_SUCCESS);
+  CK(cuGraphExecDestroy(exec));
+  CHECK(g_destroyed == 1);
 }
 
 static void memops() {
@@ -205,6 +253,7 @@ int main(int argc, char** argv) {
   if (check == "limits") limits(argv[1]);
   else if (check == "memops") memops();
   else if (check == "launch_event") launch_event(argv[1]);
+  else if (check == "capture") capture(argv[1]);
   else if (check == "mapped") mapped();
   else if (check == "images") images();
   else if (check == "nvml") nvml();

@@ -1,5 +1,5 @@
 // NCCL's C API on the simulated GPUs: 2 (or RANKS) processes, one GPU each, one communicator.
-// Usage: simgpu_nccl CHECK [RANKS]   (CHECK: basic | late | bandwidth | straggler | shared)
+// Usage: simgpu_nccl CHECK [RANKS]   (CHECK: basic | late | bandwidth | straggler | shared | graph)
 //  basic:     ncclGetUniqueId / ncclCommInitRank, all_reduce, broadcast, a barrier-like
 //             1-element all_reduce, ncclCommDestroy; the communicator's rank and size.
 //  late:      rank 1 starts its all_reduce 200 ms after the others: theirs complete no earlier
@@ -10,6 +10,8 @@
 //             take 1, n-1 and n-1 times 32 MiB over the link.
 //  straggler: 20 steps of compute and all_reduce, rank 1 40 ms late to each (run under tandem
 //             by nccl_e2e.py).
+//  graph:     an all_reduce captured in a CUDA graph, replayed 3 times with rank 1 100 ms late
+//             to each: the others' replays wait for it.
 //  shared:    another process keeps GPU 1 busy: rank 1's transfer runs at about half speed
 //             (time slices) and rank 0's all_reduce lasts as long (at least 1.5x alone).
 // The parent forks the ranks before any CUDA call and hands rank 0's unique id to the others
@@ -200,6 +202,29 @@ static void run_shared(Rank& r, float* buf) {
   EXPECT(best >= 1.5 * expected);
 }
 
+// An all_reduce captured into a CUDA graph and replayed 3 times, rank 1 100 ms late to each
+// replay: every replay meets its peers like a direct launch.
+static void run_graph(Rank& r, float* buf) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeGlobal));
+  NCCL_OK(ncclAllReduce(buf, buf, 1 << 18, ncclFloat, ncclSum, r.comm, r.stream));
+  CUDA_OK(cudaStreamEndCapture(r.stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  barrier(r, buf);
+  for (int replay = 0; replay < 3; ++replay) {
+    if (g_rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    double t0 = seconds();
+    CUDA_OK(cudaGraphLaunch(exec, r.stream));
+    CUDA_OK(cudaStreamSynchronize(r.stream));
+    double t = seconds() - t0;
+    std::printf("rank %d: replay %d took %.1f ms\n", g_rank, replay, t * 1e3);
+    if (g_rank != 1) EXPECT(t >= 0.090);
+  }
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+}
+
 static int run_rank(int rank, int id_fd, const std::string& check) {
   g_rank = rank;
   alarm(60);  // a hung rank fails the test instead of hanging it
@@ -221,6 +246,7 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
   else if (check == "bandwidth") run_bandwidth(r, buf);
   else if (check == "straggler") run_straggler(r, buf);
   else if (check == "shared") run_shared(r, buf);
+  else if (check == "graph") run_graph(r, buf);
   else EXPECT(!"unknown check");
   NCCL_OK(ncclCommDestroy(r.comm));
   CUDA_OK(cudaFree(buf));
@@ -237,7 +263,7 @@ static int run_ranks(const pid_t* pids);
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3 || (argc == 3 && (std::atoi(argv[2]) < 2 || std::atoi(argv[2]) > 8))) {
-    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared [RANKS: 2-8, default 2]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared|graph [RANKS: 2-8, default 2]\n", argv[0]);
     return 2;
   }
   if (argc == 3) g_ranks = std::atoi(argv[2]);
