@@ -93,6 +93,10 @@ SIM_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdev
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   int v = 0;
+  if (limit_attribute(attr, &v)) {  // limits.cpp: shared memory, multicast, fabric, RDMA
+    *value = v;
+    return CUDA_SUCCESS;
+  }
   switch (attr) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;

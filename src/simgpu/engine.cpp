@@ -30,7 +30,8 @@ void execute(Stream* s, Op& op) {
       unsigned sms = op.launch.fn && op.launch.fn->nccl ? 4u : blocks;
       if (sms > static_cast<unsigned>(settings().sms)) sms = static_cast<unsigned>(settings().sms);
       s->running_kernels.fetch_add(1);
-      run_on_gpu(op.launch.device, kernel_cost_ns(op.launch), sms == 0 ? 1 : sms);
+      if (op.launch.fn && op.launch.fn->nccl) run_nccl_kernel(op.launch, sms == 0 ? 1 : sms);  // collectives.cpp
+      else run_on_gpu(op.launch.device, kernel_cost_ns(op.launch), sms == 0 ? 1 : sms);
       s->running_kernels.fetch_sub(1);
       break;
     }
@@ -156,7 +157,9 @@ Stream* create_stream(unsigned flags, int priority) {
 }
 
 void destroy_stream(Stream* s) {
-  synchronize_stream(s);
+  // A stream in a capture has nothing queued (its work went into the graph); destroying one
+  // that joined a capture is allowed (NCCL does it) and leaves the capture as it is.
+  if (!s->capture) synchronize_stream(s);
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   for (auto it = g_streams->begin(); it != g_streams->end(); ++it)
     if (*it == s) {

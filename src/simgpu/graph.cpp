@@ -194,6 +194,7 @@ SIM_API CUresult cuGraphCreate(CUgraph* g, unsigned flags) {
 SIM_API CUresult cuGraphDestroy(CUgraph g) {
   Graph* graph = as_graph(g);
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  release_user_objects(graph);  // capture_dependencies.cpp
   graph->magic = 0;
   delete graph;
   return CUDA_SUCCESS;
@@ -267,6 +268,7 @@ static CUresult instantiate(CUgraphExec* exec, CUgraph g) {
   if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
   auto* e = new GraphExec();
   flatten(graph, e->ops);
+  copy_user_objects(graph, e);  // capture_dependencies.cpp
   *exec = reinterpret_cast<CUgraphExec>(e);
   return CUDA_SUCCESS;
 }
@@ -292,6 +294,7 @@ SIM_API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* e, CUgraph g, CU
 SIM_API CUresult cuGraphExecDestroy(CUgraphExec e) {
   GraphExec* exec = as_exec(e);
   if (!exec) return CUDA_ERROR_INVALID_VALUE;
+  release_user_objects(exec);  // capture_dependencies.cpp
   exec->magic = 0;
   delete exec;
   return CUDA_SUCCESS;

@@ -4,6 +4,8 @@
 
 #include "sim.h"
 
+extern "C" CUresult cuEventRecord_ptsz(CUevent e, CUstream s);  // cuda.h declares it in per-thread mode only
+
 namespace simgpu {
 namespace {
 
@@ -22,6 +24,19 @@ uint64_t first_argument(void** params, void** extra) {
   return v;
 }
 
+// NCCL passes its ncclDevKernelArgs as one buffer (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE); the
+// buffer is NCCL's to reuse once the launch returns, so collectives.cpp reads a copy.
+std::shared_ptr<const std::vector<unsigned char>> argument_buffer(void** extra) {
+  const unsigned char* buffer = nullptr;
+  size_t size = 0;
+  for (void** e = extra; e && *e != CU_LAUNCH_PARAM_END; e += 2) {
+    if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = static_cast<const unsigned char*>(e[1]);
+    else if (e[0] == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1]) std::memcpy(&size, e[1], sizeof size);
+  }
+  if (!buffer || size == 0 || size > (64 << 10)) return nullptr;
+  return std::make_shared<const std::vector<unsigned char>>(buffer, buffer + size);
+}
+
 CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
                 CUstream s, void** params, void** extra, bool per_thread) {
   if (should_fail(api)) return injected_error(api);
@@ -31,6 +46,7 @@ CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const uns
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 || block[2] == 0 ||
       static_cast<uint64_t>(block[0]) * block[1] * block[2] > 1024)
     return CUDA_ERROR_INVALID_VALUE;
+  if (smem > static_cast<unsigned>(fn->max_dynamic_shared)) return CUDA_ERROR_INVALID_VALUE;  // limits.cpp
   Stream* st = resolve_stream(s, per_thread);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   Op op;
@@ -40,16 +56,26 @@ CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const uns
   std::memcpy(op.launch.block, block, sizeof op.launch.block);
   op.launch.smem = smem;
   op.launch.first_arg = first_argument(params, extra);
+  if (fn->nccl) op.launch.args = argument_buffer(extra);
   CUdevice dev = 0;
   cuCtxGetDevice(&dev);
   op.launch.device = dev;
   return submit(st, op);
 }
 
+// cuLaunchKernelEx's attributes: a launch-completion event (NCCL's implicit launch order) is
+// recorded right before the kernel, so it completes when the kernel starts; the others
+// (clusters, memory-synchronisation domains, scheduling hints) change nothing here.
 CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
-  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  if (!c || (c->numAttrs && !c->attrs)) return CUDA_ERROR_INVALID_VALUE;
   unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
   unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
+  for (unsigned i = 0; i < c->numAttrs; ++i) {
+    if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) continue;
+    CUevent ev = c->attrs[i].value.launchCompletionEvent.event;
+    CUresult r = per_thread ? cuEventRecord_ptsz(ev, c->hStream) : cuEventRecord(ev, c->hStream);
+    if (r != CUDA_SUCCESS) return r;
+  }
   return launch("cuLaunchKernelEx", f, grid, block, c->sharedMemBytes, c->hStream, params, extra, per_thread);
 }
 

@@ -37,6 +37,7 @@ CUresult release(CUdeviceptr p) {
   auto it = g_allocs->find(p);
   if (it == g_allocs->end()) return CUDA_ERROR_INVALID_VALUE;
   munmap(reinterpret_cast<void*>(p), it->second);
+  forget_communicators(p, it->second);  // collectives.cpp
   g_used -= it->second;
   g_allocs->erase(it);
   return CUDA_SUCCESS;
@@ -82,22 +83,22 @@ CUdeviceptr allocate_untracked(size_t bytes) {
 }
 
 bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_allocs->upper_bound(p);
-  if (it == g_allocs->begin()) return false;
-  --it;
-  if (p >= it->first + it->second) return false;
-  if (base) *base = it->first;
-  if (bytes) *bytes = it->second;
-  return true;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_allocs->upper_bound(p);
+    if (it != g_allocs->begin() && p < std::prev(it)->first + std::prev(it)->second) {
+      if (base) *base = std::prev(it)->first;
+      if (bytes) *bytes = std::prev(it)->second;
+      return true;
+    }
+  }
+  return mapping_of(p, base, bytes);  // cuMemMap'ed memory (vmm.cpp)
 }
 
 bool valid_device_range(CUdeviceptr p, size_t bytes) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_allocs->upper_bound(p);
-  if (it == g_allocs->begin()) return false;
-  --it;
-  return p + bytes <= it->first + it->second;
+  CUdeviceptr base;
+  size_t size;
+  return allocation_of(p, &base, &size) && p + bytes <= base + size;
 }
 
 }  // namespace simgpu
@@ -228,6 +229,12 @@ SIM_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = p; return CUDA_SUCCESS;
+    // cuMemAlloc'ed memory could be shared with cuIpcGetMemHandle on a real GPU; cuMemMap'ed not.
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      if (!device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<int*>(data) = !mapping_of(p, nullptr, nullptr);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *static_cast<int*>(data) = 0; return CUDA_SUCCESS;
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
 }

@@ -206,13 +206,14 @@ SIM_API CUresult cuKernelGetName(const char** name, CUkernel k) {
 }
 SIM_API CUresult cuFuncGetAttribute(int* v, CUfunction_attribute attr, CUfunction f) {
   if (!v) return CUDA_ERROR_INVALID_VALUE;
-  if (!as_function(f)) return CUDA_ERROR_INVALID_HANDLE;
-  *v = attr == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
-  return CUDA_SUCCESS;
+  Function* fn = as_function(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  return function_attribute(*fn, attr, v);
 }
 SIM_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int v) {
-  (void)attr, (void)v;
-  return as_function(f) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  Function* fn = as_function(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  return set_function_attribute(*fn, attr, v);
 }
 SIM_API CUresult cuKernelGetAttribute(int* v, CUfunction_attribute attr, CUkernel k, CUdevice d) {
   (void)d;

@@ -19,6 +19,7 @@ namespace {
 constexpr uint32_t kFatbinMagic = 0xBA55ED50;
 constexpr uint32_t kFatbinWrapperMagic = 0x466243b1;
 constexpr uint64_t kEntryLz4 = 0x2000, kEntryZstd = 0x8000;
+constexpr uint32_t kSimulatedArch = 90;  // compute capability 9.0
 
 // One fatbin entry header, as laid out by nvcc (fields we do not use are left unnamed).
 struct FatbinEntry {
@@ -27,7 +28,9 @@ struct FatbinEntry {
   uint32_t header_size;
   uint64_t padded_payload_size;
   uint32_t compressed_size;
-  uint32_t unused0[5];
+  uint32_t unused0[2];
+  uint32_t arch;  // 90 for sm_90
+  uint32_t unused2[2];
   uint64_t flags;
   uint64_t unused1;
   uint64_t uncompressed_size;
@@ -133,10 +136,25 @@ size_t read_fatbin(const unsigned char* p, ImageInfo& out) {
   std::memcpy(&header_size, p + 6, 2);
   std::memcpy(&payload, p + 8, 8);
   size_t total = header_size + payload;
+  // Names are the same in every architecture's entry: when there is an sm_90 cubin, read
+  // only the simulated GPU's own entries (NCCL's fatbins hold ~100 MB per architecture, and
+  // inflating them all took seconds per process).
+  bool have_own_cubin = false;
   for (size_t off = header_size; off + sizeof(FatbinEntry) <= total;) {
     FatbinEntry e;
     std::memcpy(&e, p + off, sizeof e);
     if (e.header_size == 0 || off + e.header_size + e.padded_payload_size > total) break;
+    have_own_cubin = have_own_cubin || (e.kind == 2 && e.arch == kSimulatedArch);
+    off += e.header_size + e.padded_payload_size;
+  }
+  for (size_t off = header_size; off + sizeof(FatbinEntry) <= total;) {
+    FatbinEntry e;
+    std::memcpy(&e, p + off, sizeof e);
+    if (e.header_size == 0 || off + e.header_size + e.padded_payload_size > total) break;
+    if (have_own_cubin && e.arch != kSimulatedArch) {
+      off += e.header_size + e.padded_payload_size;
+      continue;
+    }
     const unsigned char* body = p + off + e.header_size;
     std::string inflated;
     size_t body_size = e.padded_payload_size;
@@ -167,14 +185,18 @@ CUresult read_image(const void* image, ImageInfo& out) {
     std::memcpy(&data, p + 8, sizeof data);
     return read_image(data, out);
   }
+  // A fatbin or cubin without kernels is valid (nvcc embeds one in every program, kernels or
+  // not); text is taken for PTX only when it declares something.
   if (magic == kFatbinMagic) {
     read_fatbin(p, out);
-  } else if (std::memcmp(p, ELFMAG, SELFMAG) == 0) {
+    return CUDA_SUCCESS;
+  }
+  if (std::memcmp(p, ELFMAG, SELFMAG) == 0) {
     const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(p);
     read_elf(p, eh->e_shoff + static_cast<size_t>(eh->e_shnum) * sizeof(Elf64_Shdr), out);
-  } else {
-    read_ptx(reinterpret_cast<const char*>(p), 1 << 26, out);
+    return CUDA_SUCCESS;
   }
+  read_ptx(reinterpret_cast<const char*>(p), 1 << 26, out);
   return out.kernels.empty() && out.globals.empty() ? CUDA_ERROR_INVALID_IMAGE : CUDA_SUCCESS;
 }
 

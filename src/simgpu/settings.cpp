@@ -27,6 +27,7 @@ constexpr Row kSettings[] = {
     {"SIMGPU_MEM_BYTES", "85899345920", "device memory per GPU (80 GiB); larger allocations fail"},
     {"SIMGPU_NS_PER_WAVE", "2000", "cost of one wave of blocks of a non-spin kernel (ns)"},
     {"SIMGPU_MIN_KERNEL_NS", "2000", "floor of a non-spin kernel's cost (ns)"},
+    {"SIMGPU_LINK_GBPS", "63", "a GPU's link to its peers, GB/s per direction (PCIe 5.0 x16): NCCL collectives' duration"},
     {"SIMGPU_SHARING", "timeslice", "timeslice (processes take turns, as without MPS) or mps"},
     {"SIMGPU_TIMESLICE_US", "2000", "time slice of a process when others wait (timeslice mode)"},
     {"SIMGPU_DETERMINISTIC", "0", "1: fixed costs, no jitter"},
@@ -66,6 +67,7 @@ Settings load() {
   s.mem_bytes = number("SIMGPU_MEM_BYTES", 1 << 20, 1ull << 50);
   s.ns_per_block_wave = number("SIMGPU_NS_PER_WAVE", 0, 1000000000);
   s.min_kernel_ns = number("SIMGPU_MIN_KERNEL_NS", 0, 1000000000);
+  s.link_gbps = number("SIMGPU_LINK_GBPS", 1, 100000);
   s.mps = std::strcmp(value_of("SIMGPU_SHARING"), "mps") == 0;
   s.timeslice_ns = number("SIMGPU_TIMESLICE_US", 10, 10000000) * 1000;
   s.deterministic = std::strcmp(value_of("SIMGPU_DETERMINISTIC"), "1") == 0;

@@ -35,6 +35,7 @@ struct Settings {
   uint64_t mem_bytes = 80ull << 30;
   uint64_t ns_per_block_wave = 2000;  // cost of one wave of blocks of a non-spin kernel
   uint64_t min_kernel_ns = 2000;
+  uint64_t link_gbps = 63;            // SIMGPU_LINK_GBPS: each GPU's link to its peers, GB/s per direction
   bool mps = false;                   // SIMGPU_SHARING=mps; default timeslice
   uint64_t timeslice_ns = 2000000;
   bool deterministic = false;
@@ -75,9 +76,17 @@ struct Function {
   std::string name;
   bool nccl = false;
   bool spin = false;
+  int max_dynamic_shared = 48 << 10;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  int carveout = -1;                  // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 };
 Function* as_function(const void* handle);  // CUfunction or CUkernel, or nullptr
 bool is_nccl_name(const std::string& name);
+
+// ---- shared-memory limits and the attributes NCCL reads (limits.cpp) ----
+// True when `attr` is one of limits.cpp's (shared memory, multicast, fabric, RDMA, ...).
+bool limit_attribute(CUdevice_attribute attr, int* v);
+CUresult function_attribute(const Function& f, CUfunction_attribute attr, int* v);
+CUresult set_function_attribute(Function& f, CUfunction_attribute attr, int v);
 
 // ---- execution engine (engine.cpp) ----
 struct Stream;
@@ -99,6 +108,8 @@ struct KernelLaunch {
   unsigned smem = 0;
   uint64_t first_arg = 0;  // the first 8 bytes of the first argument (spin duration)
   int device = 0;          // the device of the context current at launch
+  // NCCL kernels: a copy of the argument buffer (collectives.cpp reads its work descriptors).
+  std::shared_ptr<const std::vector<unsigned char>> args;
 };
 
 struct Op {
@@ -164,6 +175,13 @@ void contention_after_fork_child();
 
 // ---- kernel cost (engine.cpp) ----
 uint64_t kernel_cost_ns(const KernelLaunch& k);
+// ---- NCCL collectives (collectives.cpp) ----
+// Runs an NCCL kernel on `sms` SMs: a recognised collective meets the other ranks (once all
+// have started it), transfers its bytes over the link, and ends when all ranks' transfers
+// have; anything else costs what an ordinary kernel does.
+void run_nccl_kernel(const KernelLaunch& k, unsigned sms);
+// Freed device memory: communicators whose device side lived there are gone.
+void forget_communicators(CUdeviceptr base, size_t bytes);
 
 // ---- graphs and capture (graph.cpp) ----
 struct GraphNode {
@@ -187,6 +205,10 @@ bool capture_is_global_active();
 // Joins stream `s` to `c` (fork/join capture through events).
 void join_capture(Stream* s, Capture* c);
 void record_into_capture(Stream* s, const Op& op);
+// User objects (capture_dependencies.cpp): an executable graph takes the references its graph
+// holds; a destroyed graph or executable graph gives its references back.
+void copy_user_objects(const void* graph, const void* exec);
+void release_user_objects(const void* owner);
 CUresult invalidate_capture(Stream* s, CUresult why);
 
 // ---- memory (memory.cpp) ----
@@ -194,8 +216,11 @@ bool valid_device_range(CUdeviceptr p, size_t bytes);
 // Device memory outside the program's accounting (module globals): no failure injection, no
 // limit, never freed by the program. 0 when the host has no memory.
 CUdeviceptr allocate_untracked(size_t bytes);
-// The allocation holding p (base and size), if any.
+// The allocation holding p (base and size), if any: cuMemAlloc'ed or cuMemMap'ed.
 bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);
+// ---- virtual memory (vmm.cpp) ----
+// The cuMemMap'ed range holding p (base and size), if any.
+bool mapping_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);
 
 }  // namespace simgpu
 

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <vector>
 
 #include "sim.h"
 
@@ -36,7 +38,29 @@ void unref(Physical* p) {
   }
 }
 
+// Mapped ranges, so that an address leads back to its allocation (cuMemRetainAllocationHandle,
+// cuMemGetAddressRange). A mapping holds a reference on its allocation, as on a real GPU: the
+// memory stays until it is unmapped, whatever cuMemRelease was called before.
+struct Mapping {
+  Physical* physical;
+  size_t size;
+};
+std::mutex g_mappings_mutex;
+std::map<CUdeviceptr, Mapping>* g_mappings = new std::map<CUdeviceptr, Mapping>();  // never destroyed
+
 }  // namespace
+
+bool mapping_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes) {
+  std::lock_guard<std::mutex> lock(g_mappings_mutex);
+  auto it = g_mappings->upper_bound(p);
+  if (it == g_mappings->begin()) return false;
+  --it;
+  if (p >= it->first + it->second.size) return false;
+  if (base) *base = it->first;
+  if (bytes) *bytes = it->second.size;
+  return true;
+}
+
 }  // namespace simgpu
 
 using namespace simgpu;
@@ -143,15 +167,29 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
   Physical* p = as_physical(h);
   if (!p || !ptr || offset != 0 || size > p->size) return CUDA_ERROR_INVALID_VALUE;
   void* m = mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, 0);
-  // The mapping itself keeps the pages alive after cuMemRelease closes the fd.
-  return m == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+  if (m == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
+  p->refs.fetch_add(1);
+  std::lock_guard<std::mutex> lock(g_mappings_mutex);
+  (*g_mappings)[ptr] = Mapping{p, size};
+  return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (!ptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   // Back to reserved-but-unmapped address space.
   void* m = mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-  return m == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+  if (m == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<Physical*> unmapped;
+  {
+    std::lock_guard<std::mutex> lock(g_mappings_mutex);
+    for (auto it = g_mappings->lower_bound(ptr); it != g_mappings->end() && it->first < ptr + size;) {
+      unmapped.push_back(it->second.physical);
+      it = g_mappings->erase(it);
+    }
+  }
+  for (Physical* p : unmapped) unref(p);
+  forget_communicators(ptr, size);  // collectives.cpp
+  return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
@@ -165,6 +203,13 @@ SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 }
 
 SIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* h, void* addr) {
-  (void)h, (void)addr;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  if (!h) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_mappings_mutex);
+  auto it = g_mappings->upper_bound(reinterpret_cast<CUdeviceptr>(addr));
+  if (it == g_mappings->begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (reinterpret_cast<CUdeviceptr>(addr) >= it->first + it->second.size) return CUDA_ERROR_INVALID_VALUE;
+  it->second.physical->refs.fetch_add(1);  // released by the caller's cuMemRelease
+  *h = reinterpret_cast<CUmemGenericAllocationHandle>(it->second.physical);
+  return CUDA_SUCCESS;
 }

@@ -1,0 +1,187 @@
+// The simulated GPUs' NVML (build/simgpu/libnvidia-ml.so.1): the device queries NCCL 2.28-2.30
+// makes at initialisation (count, handles by index and PCI bus id, compute capability, PCI
+// identity and link, P2P status).
+// It answers as a PCIe machine: peer reads and writes work, NVLink, fabric and platform
+// queries are NOT_SUPPORTED. No NVIDIA header is needed: the ABI is a C enum of return
+// codes and opaque device handles. Device count comes from SIMGPU_DEVICES, as in libcuda;
+// like the real NVML it ignores CUDA_VISIBLE_DEVICES.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#define NVML_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+enum Return : int {
+  kSuccess = 0,
+  kUninitialized = 1,
+  kInvalidArgument = 2,
+  kNotSupported = 3,
+  kNotFound = 6,
+};
+enum P2PCaps : int { kCapsRead = 0, kCapsWrite = 1, kCapsNvlink = 2, kCapsAtomics = 3, kCapsPci = 4 };
+constexpr int kP2PStatusOk = 0;
+constexpr int kP2PStatusNotSupported = 5;  // NVML_P2P_STATUS_NOT_SUPPORTED
+
+struct Device {
+  unsigned index;
+};
+constexpr int kMaxDevices = 16;
+Device g_devices[kMaxDevices];
+
+int device_count() {
+  const char* v = std::getenv("SIMGPU_DEVICES");
+  int n = v && *v ? std::atoi(v) : 1;
+  return n < 1 ? 1 : n > kMaxDevices ? kMaxDevices : n;
+}
+
+Device* as_device(void* h) {
+  auto* d = static_cast<Device*>(h);
+  return d >= g_devices && d < g_devices + device_count() ? d : nullptr;
+}
+
+}  // namespace
+
+NVML_API int nvmlInit_v2() {
+  for (unsigned i = 0; i < kMaxDevices; ++i) g_devices[i].index = i;
+  return kSuccess;
+}
+NVML_API int nvmlInit() { return nvmlInit_v2(); }
+NVML_API int nvmlInitWithFlags(unsigned) { return nvmlInit_v2(); }
+NVML_API int nvmlShutdown() { return kSuccess; }
+
+NVML_API const char* nvmlErrorString(int r) {
+  switch (r) {
+    case kSuccess: return "Success";
+    case kUninitialized: return "Uninitialized";
+    case kInvalidArgument: return "Invalid Argument";
+    case kNotSupported: return "Not Supported";
+    case kNotFound: return "Not Found";
+    default: return "Unknown Error";
+  }
+}
+
+NVML_API int nvmlDeviceGetCount_v2(unsigned* count) {
+  if (!count) return kInvalidArgument;
+  *count = static_cast<unsigned>(device_count());
+  return kSuccess;
+}
+NVML_API int nvmlDeviceGetCount(unsigned* count) { return nvmlDeviceGetCount_v2(count); }
+
+NVML_API int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** device) {
+  if (!device || index >= static_cast<unsigned>(device_count())) return kInvalidArgument;
+  *device = &g_devices[index];
+  return kSuccess;
+}
+NVML_API int nvmlDeviceGetHandleByIndex(unsigned index, void** device) {
+  return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+// Bus ids as libcuda gives them (cuDeviceGetPCIBusId): device N is bus N+1, any domain width.
+NVML_API int nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, void** device) {
+  unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+  if (!bus_id || !device || std::sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4) return kInvalidArgument;
+  if (domain != 0 || dev != 0 || fn != 0 || bus < 1 || bus > static_cast<unsigned>(device_count())) return kNotFound;
+  *device = &g_devices[bus - 1];
+  return kSuccess;
+}
+NVML_API int nvmlDeviceGetHandleByPciBusId(const char* bus_id, void** device) {
+  return nvmlDeviceGetHandleByPciBusId_v2(bus_id, device);
+}
+
+NVML_API int nvmlDeviceGetIndex(void* device, unsigned* index) {
+  Device* d = as_device(device);
+  if (!d || !index) return kInvalidArgument;
+  *index = d->index;
+  return kSuccess;
+}
+
+NVML_API int nvmlDeviceGetCudaComputeCapability(void* device, int* major, int* minor) {
+  if (!as_device(device) || !major || !minor) return kInvalidArgument;
+  *major = 9;
+  *minor = 0;
+  return kSuccess;
+}
+
+NVML_API int nvmlDeviceGetName(void* device, char* name, unsigned length) {
+  Device* d = as_device(device);
+  if (!d || !name || length == 0) return kInvalidArgument;
+  std::snprintf(name, length, "tandem simulated GPU %u", d->index);
+  return kSuccess;
+}
+
+// An H100 SXM5 80GB (vendor 0x10de, device 0x2330, subsystem 0x16c1) at libcuda's bus id, on a
+// PCIe 5.0 x16 link. The structures are NVML's nvmlPciInfo_t and nvmlPciInfoExt_v1_t.
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+struct PciInfoExt {
+  unsigned version, domain, bus, device, pci_device_id, pci_subsystem_id, base_class, sub_class;
+  char bus_id[32];
+};
+constexpr unsigned kPciDeviceId = 0x2330u << 16 | 0x10de, kPciSubsystemId = 0x16c1u << 16 | 0x10de;
+
+NVML_API int nvmlDeviceGetPciInfo_v3(void* device, PciInfo* pci) {
+  Device* d = as_device(device);
+  if (!d || !pci) return kInvalidArgument;
+  std::memset(pci, 0, sizeof *pci);
+  pci->bus = d->index + 1;
+  pci->pci_device_id = kPciDeviceId;
+  pci->pci_subsystem_id = kPciSubsystemId;
+  std::snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "0000:%02x:00.0", pci->bus);
+  std::snprintf(pci->bus_id, sizeof pci->bus_id, "00000000:%02x:00.0", pci->bus);
+  return kSuccess;
+}
+NVML_API int nvmlDeviceGetPciInfo_v2(void* device, PciInfo* pci) { return nvmlDeviceGetPciInfo_v3(device, pci); }
+NVML_API int nvmlDeviceGetPciInfo(void* device, PciInfo* pci) { return nvmlDeviceGetPciInfo_v3(device, pci); }
+
+NVML_API int nvmlDeviceGetPciInfoExt(void* device, PciInfoExt* pci) {
+  Device* d = as_device(device);
+  if (!d || !pci) return kInvalidArgument;
+  unsigned version = pci->version;
+  std::memset(pci, 0, sizeof *pci);
+  pci->version = version;
+  pci->bus = d->index + 1;
+  pci->pci_device_id = kPciDeviceId;
+  pci->pci_subsystem_id = kPciSubsystemId;
+  pci->base_class = 0x03;  // display controller
+  pci->sub_class = 0x02;   // 3D controller
+  std::snprintf(pci->bus_id, sizeof pci->bus_id, "00000000:%02x:00.0", pci->bus);
+  return kSuccess;
+}
+
+NVML_API int nvmlDeviceGetPcieLinkMaxSpeed(void* device, unsigned* mbps) {
+  if (!as_device(device) || !mbps) return kInvalidArgument;
+  *mbps = 32000;  // 32 GT/s per lane
+  return kSuccess;
+}
+NVML_API int nvmlDeviceGetCurrPcieLinkGeneration(void* device, unsigned* gen) {
+  if (!as_device(device) || !gen) return kInvalidArgument;
+  *gen = 5;
+  return kSuccess;
+}
+NVML_API int nvmlDeviceGetCurrPcieLinkWidth(void* device, unsigned* width) {
+  if (!as_device(device) || !width) return kInvalidArgument;
+  *width = 16;
+  return kSuccess;
+}
+
+// Peers read and write each other over PCIe; no NVLink, so no NVLink P2P and no atomics over it.
+NVML_API int nvmlDeviceGetP2PStatus(void* a, void* b, int caps, int* status) {
+  if (!as_device(a) || !as_device(b) || !status) return kInvalidArgument;
+  *status = caps == kCapsRead || caps == kCapsWrite || caps == kCapsPci || caps == kCapsAtomics ? kP2PStatusOk
+                                                                                               : kP2PStatusNotSupported;
+  return kSuccess;
+}
+
+// No NVLink, no multi-node NVLink fabric, no platform (rack) information.
+NVML_API int nvmlDeviceGetNvLinkState(void*, unsigned, int*) { return kNotSupported; }
+NVML_API int nvmlDeviceGetNvLinkRemotePciInfo_v2(void*, unsigned, void*) { return kNotSupported; }
+NVML_API int nvmlDeviceGetNvLinkRemotePciInfo(void*, unsigned, void*) { return kNotSupported; }
+NVML_API int nvmlDeviceGetNvLinkCapability(void*, unsigned, int, unsigned*) { return kNotSupported; }
+NVML_API int nvmlDeviceGetFieldValues(void*, int, void*) { return kNotSupported; }
+NVML_API int nvmlDeviceGetGpuFabricInfoV(void*, void*) { return kNotSupported; }
+NVML_API int nvmlDeviceGetPlatformInfo(void*, void*) { return kNotSupported; }

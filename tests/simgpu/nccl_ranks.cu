@@ -1,0 +1,317 @@
+// NCCL's C API on the simulated GPUs: 2 (or RANKS) processes, one GPU each, one communicator.
+// Usage: simgpu_nccl CHECK [RANKS]   (CHECK: basic | late | bandwidth | straggler | shared | graph)
+//  basic:     ncclGetUniqueId / ncclCommInitRank, all_reduce, broadcast, a barrier-like
+//             1-element all_reduce, ncclCommDestroy; the communicator's rank and size.
+//  late:      rank 1 starts its all_reduce 200 ms after the others: theirs complete no earlier
+//             (a collective ends once every rank has started it); rank 1's is not delayed.
+//  bandwidth: all_reduces of 64 and 256 MiB take about bytes over the link / SIMGPU_LINK_GBPS
+//             (2(n-1)/n of the message per rank, NCCL's ring), and 4 times as long as each other
+//             (best of 3 each); broadcast, all_gather and reduce_scatter of 32 MiB per rank
+//             take 1, n-1 and n-1 times 32 MiB over the link.
+//  straggler: 20 steps of compute and all_reduce, rank 1 40 ms late to each (run under tandem
+//             by nccl_e2e.py).
+//  graph:     an all_reduce captured in a CUDA graph, replayed 3 times with rank 1 100 ms late
+//             to each: the others' replays wait for it.
+//  shared:    another process keeps GPU 1 busy: rank 1's transfer runs at about half speed
+//             (time slices) and rank 0's all_reduce lasts as long (at least 1.5x alone).
+// The parent forks the ranks before any CUDA call and hands rank 0's unique id to the others
+// through a pipe. Every wait is bounded: a rank gives up after 60 s, the parent after 90 s.
+#include <nccl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+static int g_rank = -1;
+static int g_ranks = 2;  // one process per simulated GPU
+
+#define CUDA_OK(x)                                                                              \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "rank %d: %s:%d %s -> %s\n", g_rank, __FILE__, __LINE__, #x,         \
+                   cudaGetErrorString(e_));                                                     \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+#define NCCL_OK(x)                                                                              \
+  do {                                                                                          \
+    ncclResult_t r_ = (x);                                                                      \
+    if (r_ != ncclSuccess) {                                                                    \
+      std::fprintf(stderr, "rank %d: %s:%d %s -> %s (%s)\n", g_rank, __FILE__, __LINE__, #x,    \
+                   ncclGetErrorString(r_), ncclGetLastError(nullptr));                          \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+#define EXPECT(c)                                                                               \
+  do {                                                                                          \
+    if (!(c)) {                                                                                 \
+      std::fprintf(stderr, "rank %d: FAIL %s:%d: %s\n", g_rank, __FILE__, __LINE__, #c);        \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+static double seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Rank {
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+static void barrier(Rank& r, float* scratch) {
+  NCCL_OK(ncclAllReduce(scratch, scratch, 1, ncclFloat, ncclSum, r.comm, r.stream));
+  CUDA_OK(cudaStreamSynchronize(r.stream));
+}
+
+// Seconds from launching an all_reduce of `bytes` to its completion on this rank.
+static double timed_all_reduce(Rank& r, float* buf, size_t bytes) {
+  double t0 = seconds();
+  NCCL_OK(ncclAllReduce(buf, buf, bytes / sizeof(float), ncclFloat, ncclSum, r.comm, r.stream));
+  CUDA_OK(cudaStreamSynchronize(r.stream));
+  return seconds() - t0;
+}
+
+static void run_basic(Rank& r, float* buf) {
+  int n = 0, me = -1;
+  NCCL_OK(ncclCommCount(r.comm, &n));
+  NCCL_OK(ncclCommUserRank(r.comm, &me));
+  EXPECT(n == g_ranks && me == g_rank);
+  int device = -1;
+  NCCL_OK(ncclCommCuDevice(r.comm, &device));
+  EXPECT(device == g_rank);
+  NCCL_OK(ncclAllReduce(buf, buf, 1 << 18, ncclFloat, ncclSum, r.comm, r.stream));
+  NCCL_OK(ncclBroadcast(buf, buf, 1 << 18, ncclFloat, 0, r.comm, r.stream));
+  NCCL_OK(ncclAllReduce(buf, buf, 1 << 20, ncclBfloat16, ncclSum, r.comm, r.stream));
+  CUDA_OK(cudaStreamSynchronize(r.stream));
+  barrier(r, buf);
+}
+
+static void run_late(Rank& r, float* buf) {
+  barrier(r, buf);  // both ranks ready
+  if (g_rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  double t = timed_all_reduce(r, buf, 4 << 10);
+  std::printf("rank %d: all_reduce took %.1f ms\n", g_rank, t * 1e3);
+  if (g_rank != 1) EXPECT(t >= 0.190);  // waited for rank 1
+  else EXPECT(t < 0.100);                // the others were already there
+}
+
+static void run_bandwidth(Rank& r, float* buf) {
+  const char* gbps_env = std::getenv("SIMGPU_LINK_GBPS");
+  EXPECT(gbps_env != nullptr);
+  double gbps = std::atof(gbps_env);
+  double times[2];
+  const size_t sizes[2] = {64ull << 20, 256ull << 20};
+  for (int i = 0; i < 2; ++i) {
+    // Best of 3, each started together (a late peer adds its delay): load from other work on
+    // the machine only ever adds time.
+    times[i] = 1e9;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      barrier(r, buf);
+      times[i] = std::min(times[i], timed_all_reduce(r, buf, sizes[i]));
+    }
+    double link_bytes = 2.0 * (g_ranks - 1) / g_ranks * static_cast<double>(sizes[i]);  // a ring all_reduce
+    double expected = link_bytes / (gbps * 1e9);
+    std::printf("rank %d: all_reduce of %zu MiB took %.1f ms (bytes / link: %.1f ms)\n", g_rank, sizes[i] >> 20,
+                times[i] * 1e3, expected * 1e3);
+    EXPECT(times[i] >= 0.95 * expected);
+    EXPECT(times[i] <= 1.5 * expected + 0.030);  // the machine is shared: only ever slower
+  }
+  double ratio = times[1] / times[0];
+  std::printf("rank %d: 256 MiB / 64 MiB time ratio %.2f\n", g_rank, ratio);
+  EXPECT(ratio > 3.0 && ratio < 5.0);
+  // The other collectives' bytes over the link, for 32 MiB per rank: broadcast the message,
+  // all_gather and reduce_scatter (n-1) times a rank's part.
+  const size_t part = 32ull << 20, count = part / sizeof(float);
+  char* bytes = reinterpret_cast<char*>(buf);
+  const char* names[3] = {"broadcast", "all_gather", "reduce_scatter"};
+  const double factors[3] = {1.0, static_cast<double>(g_ranks - 1), static_cast<double>(g_ranks - 1)};
+  for (int k = 0; k < 3; ++k) {
+    double best = 1e9;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      barrier(r, buf);
+      double t0 = seconds();
+      if (k == 0) NCCL_OK(ncclBroadcast(buf, buf, count, ncclFloat, 0, r.comm, r.stream));
+      if (k == 1) NCCL_OK(ncclAllGather(buf, bytes + part, count, ncclFloat, r.comm, r.stream));
+      if (k == 2) NCCL_OK(ncclReduceScatter(bytes + part, buf, count, ncclFloat, ncclSum, r.comm, r.stream));
+      CUDA_OK(cudaStreamSynchronize(r.stream));
+      best = std::min(best, seconds() - t0);
+    }
+    double expected = factors[k] * static_cast<double>(part) / (gbps * 1e9);
+    std::printf("rank %d: %s of 32 MiB per rank took %.1f ms (bytes / link: %.1f ms)\n", g_rank, names[k], best * 1e3,
+                expected * 1e3);
+    EXPECT(best >= 0.95 * expected && best <= 1.5 * expected + 0.030);
+  }
+}
+
+// The simulator runs a kernel named *spin* for its argument's nanoseconds: a training step's compute.
+__global__ void step_spin_kernel(long long ns) {}
+
+// A training loop with a straggler: each of 20 steps is 10 ms of compute then an all_reduce;
+// rank 1 reaches each step 40 ms after rank 0, whose GPU meanwhile holds only the waiting
+// collective (a bubble, to tandemd).
+static void run_straggler(Rank& r, float* buf) {
+  barrier(r, buf);
+  double t0 = seconds();
+  for (int step = 0; step < 20; ++step) {
+    if (g_rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    step_spin_kernel<<<132, 128, 0, r.stream>>>(10000000);
+    CUDA_OK(cudaGetLastError());
+    NCCL_OK(ncclAllReduce(buf, buf, 1 << 18, ncclFloat, ncclSum, r.comm, r.stream));
+    CUDA_OK(cudaStreamSynchronize(r.stream));
+  }
+  // Rank 0's loop cannot end before rank 1's last all_reduce starts: 20 x (40 + 10) ms.
+  double t = seconds() - t0;
+  std::printf("rank %d: 20 steps in %.0f ms\n", g_rank, t * 1e3);
+  EXPECT(t >= 0.95);
+}
+
+// Another process runs 10 ms kernels on GPU 1 without pause (until killed, at most 60 s):
+// in time-slice mode rank 1's transfers get about half of GPU 1.
+static int run_hog() {
+  g_rank = -1;
+  CUDA_OK(cudaSetDevice(1));
+  for (double end = seconds() + 60; seconds() < end;) {
+    step_spin_kernel<<<132, 128>>>(10000000);
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  return 0;
+}
+
+// Rank 1's GPU is shared with the hog: its half-speed transfer holds rank 0's collective too.
+static void run_shared(Rank& r, float* buf) {
+  const char* gbps_env = std::getenv("SIMGPU_LINK_GBPS");
+  EXPECT(gbps_env != nullptr);
+  const size_t bytes = 64ull << 20;
+  double expected = 2.0 * (g_ranks - 1) / g_ranks * static_cast<double>(bytes) / (std::atof(gbps_env) * 1e9);
+  double best = 1e9;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    barrier(r, buf);
+    best = std::min(best, timed_all_reduce(r, buf, bytes));
+  }
+  std::printf("rank %d: all_reduce of 64 MiB beside a busy GPU 1 took %.1f ms (alone: %.1f ms)\n", g_rank,
+              best * 1e3, expected * 1e3);
+  EXPECT(best >= 1.5 * expected);
+}
+
+// An all_reduce captured into a CUDA graph and replayed 3 times, rank 1 100 ms late to each
+// replay: every replay meets its peers like a direct launch.
+static void run_graph(Rank& r, float* buf) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeGlobal));
+  NCCL_OK(ncclAllReduce(buf, buf, 1 << 18, ncclFloat, ncclSum, r.comm, r.stream));
+  CUDA_OK(cudaStreamEndCapture(r.stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  barrier(r, buf);
+  for (int replay = 0; replay < 3; ++replay) {
+    if (g_rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    double t0 = seconds();
+    CUDA_OK(cudaGraphLaunch(exec, r.stream));
+    CUDA_OK(cudaStreamSynchronize(r.stream));
+    double t = seconds() - t0;
+    std::printf("rank %d: replay %d took %.1f ms\n", g_rank, replay, t * 1e3);
+    if (g_rank != 1) EXPECT(t >= 0.090);
+  }
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+}
+
+static int run_rank(int rank, int id_fd, const std::string& check) {
+  g_rank = rank;
+  alarm(60);  // a hung rank fails the test instead of hanging it
+  ncclUniqueId id;
+  if (rank == 0) {
+    NCCL_OK(ncclGetUniqueId(&id));
+    for (int peer = 1; peer < g_ranks; ++peer) EXPECT(write(id_fd, &id, sizeof id) == static_cast<ssize_t>(sizeof id));
+  } else {
+    EXPECT(read(id_fd, &id, sizeof id) == static_cast<ssize_t>(sizeof id));
+  }
+  CUDA_OK(cudaSetDevice(rank));
+  Rank r;
+  NCCL_OK(ncclCommInitRank(&r.comm, g_ranks, id, rank));
+  CUDA_OK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  float* buf = nullptr;
+  CUDA_OK(cudaMalloc(&buf, 256ull << 20));  // lazily committed: the kernels never touch it
+  if (check == "basic") run_basic(r, buf);
+  else if (check == "late") run_late(r, buf);
+  else if (check == "bandwidth") run_bandwidth(r, buf);
+  else if (check == "straggler") run_straggler(r, buf);
+  else if (check == "shared") run_shared(r, buf);
+  else if (check == "graph") run_graph(r, buf);
+  else EXPECT(!"unknown check");
+  NCCL_OK(ncclCommDestroy(r.comm));
+  CUDA_OK(cudaFree(buf));
+  CUDA_OK(cudaStreamDestroy(r.stream));
+  std::printf("rank %d: %s ok\n", rank, check.c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+static void kill_all(const pid_t* pids) {
+  for (int rank = 0; rank < g_ranks; ++rank) kill(pids[rank], SIGKILL);
+}
+static int run_ranks(const pid_t* pids);
+
+int main(int argc, char** argv) {
+  if (argc < 2 || argc > 3 || (argc == 3 && (std::atoi(argv[2]) < 2 || std::atoi(argv[2]) > 8))) {
+    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared|graph [RANKS: 2-8, default 2]\n", argv[0]);
+    return 2;
+  }
+  if (argc == 3) g_ranks = std::atoi(argv[2]);
+  int id_pipe[2];
+  EXPECT(pipe(id_pipe) == 0);
+  pid_t pids[8];
+  for (int rank = 0; rank < g_ranks; ++rank) {
+    pids[rank] = fork();
+    EXPECT(pids[rank] >= 0);
+    // exit(), not _exit(): under tandem each rank writes its statistics file at exit.
+    if (pids[rank] == 0) std::exit(run_rank(rank, rank == 0 ? id_pipe[1] : id_pipe[0], argv[1]));
+  }
+  pid_t hog = -1;
+  if (std::string(argv[1]) == "shared") {
+    hog = fork();
+    EXPECT(hog >= 0);
+    if (hog == 0) std::exit(run_hog());
+  }
+  int failed = run_ranks(pids);
+  if (hog > 0) {
+    kill(hog, SIGKILL);
+    waitpid(hog, nullptr, 0);
+  }
+  return failed;
+}
+
+// Waits for the ranks (at most 90 s); a failed rank's peers are killed (they would wait for it).
+static int run_ranks(const pid_t* pids) {
+  int failed = 0;
+  double deadline = seconds() + 90;
+  for (int done = 0; done < g_ranks;) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0 && std::find(pids, pids + g_ranks, pid) == pids + g_ranks) continue;  // not a rank (the hog)
+    if (pid > 0) {
+      ++done;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "rank process %d failed (status %#x)\n", static_cast<int>(pid), status);
+        kill_all(pids);  // its peers would wait for it
+        failed = 1;
+      }
+    } else if (seconds() > deadline) {
+      std::fprintf(stderr, "ranks still running after 90 s: killing them\n");
+      kill_all(pids);
+      return 1;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return failed;
+}
