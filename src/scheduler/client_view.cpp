@@ -63,15 +63,20 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
   v.admission_wait_ns = b.counter(p.admission_wait_ns, raw.admission_wait_ns, B::kWorkNsPerPeriod, "admission_wait_ns");
   v.quota_refusals = b.counter(p.quota_refusals, raw.quota_refusals, B::kLaunchesPerPeriod, "quota_refusals");
   // What completed cannot exceed what was issued or recorded (each was bounded above first).
-  if (v.markers_completed > v.markers_recorded) b.flag("markers_completed"), v.markers_completed = v.markers_recorded;
-  if (v.nccl_markers_completed > v.nccl_markers_recorded)
-    b.flag("nccl_markers_completed"), v.nccl_markers_completed = v.nccl_markers_recorded;
-  if (v.completed_ns > v.issued_ns) b.flag("completed_ns"), v.completed_ns = v.issued_ns;
-  // Timestamps: never in the future.
-  v.last_launch_ns = b.at_most(raw.last_launch_ns, now_ns, "last_launch_ns");
-  v.last_completion_ns = b.at_most(raw.last_completion_ns, now_ns, "last_completion_ns");
-  v.heartbeat_ns = b.at_most(raw.heartbeat_ns, now_ns, "heartbeat_ns");
-  v.request_activity_ns = b.at_most(raw.request_activity_ns, now_ns, "request_activity_ns");
+  // Not counted: the copy is not one atomic snapshot (see the header).
+  v.markers_completed = std::min(v.markers_completed, v.markers_recorded);
+  v.nccl_markers_completed = std::min(v.nccl_markers_completed, v.nccl_markers_recorded);
+  v.completed_ns = std::min(v.completed_ns, v.issued_ns);
+  // Timestamps: never in the future (a reading just ahead of the daemon's clock is taken as now).
+  auto timestamp = [&](uint64_t raw_ns, const char* field) {
+    if (raw_ns <= now_ns) return raw_ns;
+    if (raw_ns - now_ns > B::kClockSlackNs) b.flag(field);
+    return now_ns;
+  };
+  v.last_launch_ns = timestamp(raw.last_launch_ns, "last_launch_ns");
+  v.last_completion_ns = timestamp(raw.last_completion_ns, "last_completion_ns");
+  v.heartbeat_ns = timestamp(raw.heartbeat_ns, "heartbeat_ns");
+  v.request_activity_ns = timestamp(raw.request_activity_ns, "request_activity_ns");
   // Gauges: in range.
   v.peak_bytes = b.at_most(raw.peak_bytes, B::kMaxBytes, "peak_bytes");
   v.bytes_in_use = b.at_most(raw.bytes_in_use, B::kMaxBytes, "bytes_in_use");

@@ -12,10 +12,14 @@
 namespace tandem::scheduler {
 
 // The plausibility limits, per period: far above anything a real process does (a period is
-// 1 ms by default; 2^24 launches or 2^40 ns of estimated work in one is beyond any GPU).
+// 1 ms by default; 2^24 launches or 2^44 ns, almost 5 hours, of estimated work in one is beyond
+// any GPU, even for a daemon descheduled for a while).
 struct ClientBounds {
   static constexpr uint64_t kLaunchesPerPeriod = 1ull << 24;
-  static constexpr uint64_t kWorkNsPerPeriod = 1ull << 40;  // issued, completed, tokens, waits
+  static constexpr uint64_t kWorkNsPerPeriod = 1ull << 44;  // issued, completed, tokens, waits
+  // A client's clock reading may be a little ahead of the one the daemon took at the start of
+  // its period (it wrote after the daemon read the time): beyond this it is no reading.
+  static constexpr uint64_t kClockSlackNs = 1000000000ull;
   static constexpr uint64_t kMaxBytes = 1ull << 50;          // 1 PiB: any memory figure
   static constexpr uint64_t kMaxDurationNs = 3600ull * 1000000000ull;  // latencies, request times
   static constexpr uint32_t kMaxSloUs = 3600u * 1000000u;
@@ -24,7 +28,10 @@ struct ClientBounds {
 
 // The page's fields, each bounded against the previous view (a fresh view is all zeros, as a
 // fresh page is). `violations` counts the values that had to be bounded since the slot was
-// claimed; `last_violation` names the latest (a static string).
+// claimed; `last_violation` names the latest (a static string). Bounds a benign client can
+// meet are applied without counting: completions above what was recorded or issued (the copy
+// reads the recorded count first, and a marker may be recorded and pass in between) and
+// timestamps ahead of the daemon's by less than kClockSlackNs.
 struct ClientView {
   tandem_client_page v{};
   uint64_t violations = 0;

@@ -220,7 +220,8 @@ std::string Server::status_json() const {
                        {"quota_refusals", c.quota_refusals}, {"requests_open", c.requests_open},
                        {"latency_ms", static_cast<double>(c.latency_ns) / 1e6}, {"latency_samples", c.latency_samples},
                        {"slo_ms", c.slo_us / 1e3}, {"pool_bytes", pooled_bytes(uuid, i)},
-                       {"page_violations", view.violations}});
+                       {"page_violations", view.violations},
+                       {"page_violation_last", view.last_violation ? view.last_violation : ""}});
     }
     nlohmann::json slo = nullptr;
     if (g->policy() == TANDEM_POLICY_SLO) {

@@ -339,6 +339,7 @@ def restart_case(env, build, image):
         slot = [s for g in status["gpus"] for s in g["slots"] if s["pid"] == train.pid][0]
         check(slot["page_violations"] == 0 and slot["markers_pending"] <= 64,
               f"its new page holds only plausible values ({slot['page_violations']} bounded, "
+              f"last {slot['page_violation_last'] or 'none'}, "
               f"{slot['markers_pending']} markers pending)")
     finally:
         d.terminate()

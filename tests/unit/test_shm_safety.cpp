@@ -77,6 +77,20 @@ TEST_CASE("shm: what a client writes to its page is bounded before the daemon us
   CHECK(view.violations == 0);
   CHECK(view.v.launches == 100);
 
+  // What a benign client can show in a copy that is not one atomic snapshot (a marker recorded
+  // and passed between the reads of the two counts; a clock reading taken just after the
+  // daemon's): bounded, not counted.
+  tandem_client_page racy = raw;
+  racy.markers_completed = raw.markers_recorded + 1;
+  racy.completed_ns = raw.issued_ns + 1000;
+  racy.heartbeat_ns = 1000 * kMs + 500;
+  ClientView copy = view;
+  bound_client_view(copy, racy, 1000 * kMs, 1);
+  CHECK(copy.violations == 0);
+  CHECK(copy.v.markers_completed == raw.markers_recorded);
+  CHECK(copy.v.completed_ns == raw.issued_ns);
+  CHECK(copy.v.heartbeat_ns == 1000 * kMs);
+
   // Backwards, an implausible jump, completions beyond what was issued, a future timestamp,
   // out-of-range sizes, a latency for an interval that has not begun.
   raw.launches = 3;
