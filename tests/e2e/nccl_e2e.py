@@ -23,18 +23,17 @@ def straggler(env):
     d = env.daemon()
     p = env.start("simgpu_nccl", "straggler", role="training")
     phases = {}  # uuid -> fill phases seen
-    st = None
+    latest = {}  # uuid -> the GPU as tandemd last showed it
     while p.poll() is None:
         s = env.status()
         if s and s["gpus"]:
-            st = s
             for g in s["gpus"]:
+                latest[g["uuid"]] = g
                 phases.setdefault(g["uuid"], set()).add(g["fill_phase"])
         time.sleep(0.02)
     out, err = p.communicate(timeout=10)
-    # The last status taken while the ranks ran: tandemd forgets a GPU's state once no process
+    # Each GPU as last seen while the ranks ran: tandemd forgets a GPU's state once no process
     # uses it (docs/security.md, daemon limits).
-    final = st or {"gpus": []}
     d.terminate()
     d.wait()
     check(p.returncode == 0, f"both ranks finished their steps (exit {p.returncode}): {err[-1500:]}")
@@ -46,7 +45,7 @@ def straggler(env):
               f"pid {s['pid']}: {l['nccl']} NCCL kernels of {l['total']} (a barrier and 20 all_reduces, 20 compute)")
         check(s["gate"]["waits"] == 0 and s["gate"]["fail_open"] == 0, f"pid {s['pid']}: no launch waited at a gate")
         check(s["daemon"]["links"] == 1, f"pid {s['pid']}: registered with tandemd once")
-    gpus = sorted(final["gpus"], key=lambda g: g["uuid"])  # GPU 0 (rank 0) first
+    gpus = sorted(latest.values(), key=lambda g: g["uuid"])  # GPU 0 (rank 0) first
     check(len(gpus) == 2, f"tandemd saw {len(gpus)} GPUs")
     g0 = gpus[0]
     print(f"GPU 0: {g0['bubbles']} bubbles, mean {g0['mean_bubble_ms']:.1f} ms, busy mean {g0['mean_busy_ms']:.1f} ms; "
