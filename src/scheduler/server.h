@@ -38,6 +38,13 @@ class Server {
   // Runs one scheduling period now (tests and benchmarks drive the loop by hand).
   void tick_for_test(uint64_t now_ns) { tick_all(now_ns); }
   GpuScheduler* gpu_for_test(const std::string& uuid) { return gpu(uuid); }
+  // In-process drivers for tests and the fuzz harness (server_testing.cpp): a connected
+  // socket taken as a client as accept would (identity from SO_PEERCRED); one turn of the loop
+  // for it (writes what is queued, reads and handles what arrived; false: it was disconnected);
+  // the daemon's invariants ("" when they hold, otherwise the first that does not).
+  bool adopt_client_for_test(int fd);
+  bool serve_client_for_test(int fd);
+  std::string invariant_violation_for_test() const;
 
  private:
   void accept_client();
