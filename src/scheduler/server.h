@@ -63,8 +63,11 @@ class Server {
   bool handle_pool_acquire(Client& client, const std::string& payload);
   bool handle_pool_release(Client& client, const std::string& payload);
   bool send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq);
-  // Serves waiting acquisitions from free chunks; answers those past their deadline.
-  void serve_pool_waits(uint64_t now_ns);
+  // Serves waiting acquisitions from free chunks; answers those past their deadline. A client
+  // whose socket cannot take its chunks is disconnected, except the one whose message is being
+  // handled (`handling_fd`): false then, and the loop disconnects it once its handler returned
+  // (disconnecting it here would free the Client its handler still uses).
+  bool serve_pool_waits(uint64_t now_ns, int handling_fd = -1);
   // SIRIUS's InferRelease on the daemon's side: free memory beyond W goes back to training.
   void give_back_to_training(const std::string& gpu);
   void set_quota(Client& client, uint64_t bytes);

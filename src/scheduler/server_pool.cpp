@@ -117,12 +117,13 @@ bool Server::handle_pool_release(Client& client, const std::string& payload) {
   uint32_t n = pool_.release(client.fd, j["ids"].get<std::vector<uint64_t>>());
   if (!reply(client, MessageType::pool_released, nlohmann::json{{"released", n}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump()))
     return false;
-  serve_pool_waits(monotonic_ns());
+  if (!serve_pool_waits(monotonic_ns(), client.fd)) return false;
   if (client.role != "training") give_back_to_training(client.gpu);
   return true;
 }
 
-void Server::serve_pool_waits(uint64_t now_ns) {
+bool Server::serve_pool_waits(uint64_t now_ns, int handling_fd) {
+  bool handling_kept = true;
   for (size_t i = 0; i < pool_waits_.size();) {
     PoolWait& w = pool_waits_[i];
     Client* c = registry_.find(w.client);
@@ -130,8 +131,14 @@ void Server::serve_pool_waits(uint64_t now_ns) {
     if (c) {
       auto given = pool_.take(c->gpu, w.chunk_bytes, w.wanted - w.given, c->fd);
       if (!send_chunks(*c, given, w.seq)) {
-        disconnect(w.client);  // erases its waits: start over
-        i = 0;
+        int lost = w.client;
+        if (lost == handling_fd) {
+          std::erase_if(pool_waits_, [lost](const PoolWait& x) { return x.client == lost; });
+          handling_kept = false;
+        } else {
+          disconnect(lost);  // erases its waits
+        }
+        i = 0;  // start over
         continue;
       }
       w.given += static_cast<uint32_t>(given.size());
@@ -163,6 +170,7 @@ void Server::serve_pool_waits(uint64_t now_ns) {
       ++i;
     }
   }
+  return handling_kept;
 }
 
 void Server::give_back_to_training(const std::string& gpu_uuid) {

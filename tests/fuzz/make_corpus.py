@@ -57,6 +57,12 @@ SEEDS = {
     "framing": raw(struct.pack("<II", 3, 2)[:5]) + raw(struct.pack("<II", 3, 2)[5:] + b"{}") +
     raw(struct.pack("<II", 1, 0x7FFFFFFF), 1) + msg("status", "{}", 2, TWENTY_MEMFDS) +
     msg("hello", "not json", 2, OWN_SOCKET) + msg("pool_register", "{}", 2, PIPE),
+    # Inference waits for memory, then, not reading its replies, gives back a chunk of its own:
+    # the wait is served at once, and the chunk cannot be sent to a socket that is full.
+    "pool-release-unread": hello("training", 0) + hello("inference", 1) +
+    msg("pool_register", {"bytes": CHUNK}, 0, THREE_MEMFDS) + msg("pool_register", {"bytes": CHUNK}, 1, MEMFD) +
+    msg("pool_acquire", {"bytes": 3 * CHUNK, "chunk_bytes": CHUNK}, 1) +
+    raw(b"".join(frame("status", "{}") for _ in range(12)) + frame("pool_release", '{"ids": [2]}'), 1),
 }
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
