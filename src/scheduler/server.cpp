@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "json_fields.h"
 #include "log.h"
 #include "settings.h"
 
@@ -289,6 +290,8 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   if (role != "none" && role != "training" && role != "inference" && role != "batch-inference")
     return reply_error(client, EINVAL, "unknown role '" + role + "'");
   std::string uuid = j.value("gpu", std::string());
+  std::optional<uint64_t> total = uint_field(j, "gpu_total_bytes");
+  if (!total) return reply_error(client, EINVAL, "gpu_total_bytes must be an unsigned integer");
   if (client.registered) return reply_error(client, EALREADY, "already registered");
   if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
   if (role == "none" || uuid.empty()) {
@@ -308,8 +311,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   client.registered = true;  // only now: a refused hello may be retried
   client.gpu = uuid;
   client.slot = slot;
-  uint64_t total = j.value("gpu_total_bytes", uint64_t{0});
-  if (total && !g->segment().shm()->gpu_total_bytes) g->segment().shm()->gpu_total_bytes = total;
+  if (*total && !g->segment().shm()->gpu_total_bytes) g->segment().shm()->gpu_total_bytes = *total;
   TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
   nlohmann::json ok = {{"slot", slot}, {"sample_us", options_.scheduler.period_ns / 1000}};
   // The descriptor needs its own sendmsg: sent directly, after every queued reply (checked
@@ -319,9 +321,10 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
 
 bool Server::handle_trace(Client& client, const std::string& payload) {
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
-  uint64_t since = j.is_object() ? j.value("since_ns", uint64_t{0}) : 0;
+  std::optional<uint64_t> since = uint_field(j, "since_ns");
+  if (!since) return reply_error(client, EINVAL, "since_ns must be an unsigned integer");
   nlohmann::json gpus = nlohmann::json::object();
-  for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(since, uuid.substr(0, 8)));
+  for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(*since, uuid.substr(0, 8)));
   return reply(client, MessageType::trace_reply, nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}.dump());
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "json_fields.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -40,14 +41,14 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
     if (fd >= 0) close(fd);
     return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
   }
-  uint64_t bytes = j.is_object() ? j.value("bytes", uint64_t{0}) : 0;
-  if (fd < 0 || !bytes) {
+  std::optional<uint64_t> bytes = uint_field(j, "bytes"), seq = uint_field(j, "seq");
+  if (fd < 0 || !bytes || !*bytes || !seq) {
     if (fd >= 0) close(fd);
     return reply_error(client, EINVAL, "pool_register needs {\"bytes\": int} and the chunk's descriptor");
   }
-  uint64_t id = pool_.add(fd, bytes, client.gpu, client.fd);
-  TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, bytes);
-  return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump());
+  uint64_t id = pool_.add(fd, *bytes, client.gpu, client.fd);
+  TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, *bytes);
+  return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", *seq}}.dump());
 }
 
 // Each chunk needs its own sendmsg for the descriptor: written directly, after every queued
@@ -63,11 +64,12 @@ bool Server::send_chunks(Client& client, const std::vector<const PoolChunk*>& ch
 
 bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   nlohmann::json j = parse_object(payload);
-  uint64_t bytes = j.is_object() ? j.value("bytes", uint64_t{0}) : 0;
-  uint64_t chunk = j.is_object() ? j.value("chunk_bytes", uint64_t{0}) : 0;
-  uint64_t seq = j.is_object() ? j.value("seq", uint64_t{0}) : 0;
+  std::optional<uint64_t> bytes_field = uint_field(j, "bytes"), chunk_field = uint_field(j, "chunk_bytes"),
+                          seq_field = uint_field(j, "seq"), wait_field = uint_field(j, "wait_ms", 1000);
   if (client.slot < 0) return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
-  if (!bytes || !chunk) return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
+  if (!bytes_field || !*bytes_field || !chunk_field || !*chunk_field || !seq_field || !wait_field)
+    return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
+  uint64_t bytes = *bytes_field, chunk = *chunk_field, seq = *seq_field;
   uint32_t wanted = static_cast<uint32_t>(std::min<uint64_t>((bytes + chunk - 1) / chunk, 1u << 20));
   auto given = pool_.take(client.gpu, chunk, wanted, client.fd);
   if (!send_chunks(client, given, seq)) return false;
@@ -104,7 +106,7 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
     return granted(n, "training has nothing left to give");
   }
   uint64_t now = monotonic_ns();
-  uint64_t wait_ms = std::min<uint64_t>(j.value("wait_ms", uint64_t{1000}),
+  uint64_t wait_ms = std::min<uint64_t>(*wait_field,
                                         static_cast<uint64_t>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS)));
   pool_waits_.push_back(PoolWait{client.fd, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull});
   return true;
@@ -112,10 +114,12 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
 
 bool Server::handle_pool_release(Client& client, const std::string& payload) {
   nlohmann::json j = parse_object(payload);
-  if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array())
+  std::optional<uint64_t> seq = uint_field(j, "seq");
+  if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array() || !seq ||
+      !std::all_of(j["ids"].begin(), j["ids"].end(), [](const nlohmann::json& id) { return id.is_number_unsigned(); }))
     return reply_error(client, EINVAL, "pool_release needs {\"ids\": [int]}");
   uint32_t n = pool_.release(client.fd, j["ids"].get<std::vector<uint64_t>>());
-  if (!reply(client, MessageType::pool_released, nlohmann::json{{"released", n}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump()))
+  if (!reply(client, MessageType::pool_released, nlohmann::json{{"released", n}, {"seq", *seq}}.dump()))
     return false;
   if (!serve_pool_waits(monotonic_ns(), client.fd)) return false;
   if (client.role != "training") give_back_to_training(client.gpu);

@@ -63,6 +63,10 @@ SEEDS = {
     msg("pool_register", {"bytes": CHUNK}, 0, THREE_MEMFDS) + msg("pool_register", {"bytes": CHUNK}, 1, MEMFD) +
     msg("pool_acquire", {"bytes": 3 * CHUNK, "chunk_bytes": CHUNK}, 1) +
     raw(b"".join(frame("status", "{}") for _ in range(12)) + frame("pool_release", '{"ids": [2]}'), 1),
+    # Numbers where the daemon wants unsigned integers: floats out of range, negatives.
+    "float-fields": msg("hello", {"pid": "$PID", "role": "inference", "gpu": GPU, "gpu_total_bytes": 1e300}) +
+    msg("trace", {"since_ns": 1e30}) + hello("inference") + msg("pool_register", {"bytes": 1e30}, fds=MEMFD) +
+    msg("pool_acquire", {"bytes": -1e30, "chunk_bytes": 2.5e19, "seq": -1.5, "wait_ms": 1e40}),
 }
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")

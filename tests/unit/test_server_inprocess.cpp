@@ -113,3 +113,35 @@ TEST_CASE("daemon in-process: a pool_release whose own wait cannot be sent drops
   close(training.ours);
   CHECK_FALSE(s.serve_client_for_test(training.server));
 }
+
+// nlohmann's get<uint64_t>() casts a float to the integer: undefined behaviour out of range
+// (UBSan reported 1e300 in the fuzzer). Such fields, and negative ones, are refused.
+TEST_CASE("daemon in-process: unsigned fields that are floats or negative get an EINVAL reply") {
+  scheduler::Server s(scheduler::ServerOptions{"", "fill", {}});
+  PairClient c = adopt(s);
+  auto refused = [&](MessageType type, const nlohmann::json& payload) {
+    REQUIRE(send_message(c.ours, type, payload.dump()));
+    REQUIRE(s.serve_client_for_test(c.server));
+    MessageHeader h{};
+    std::string reply;
+    REQUIRE(recv_message(c.ours, h, reply, 0) == RecvStatus::ok);
+    return h.type == static_cast<uint32_t>(MessageType::error) && nlohmann::json::parse(reply)["errno"] == EINVAL;
+  };
+  nlohmann::json bad_hello = nlohmann::json::parse(hello("training"));
+  bad_hello["gpu_total_bytes"] = 1e300;
+  CHECK(refused(MessageType::hello, bad_hello));
+  CHECK(s.status_json().find("\"clients\":[]") != std::string::npos);  // not registered
+  CHECK(refused(MessageType::trace_request, {{"since_ns", 1e30}}));
+  CHECK(refused(MessageType::trace_request, {{"since_ns", -5}}));
+  REQUIRE(send_message(c.ours, MessageType::hello, hello("inference")));
+  REQUIRE(s.serve_client_for_test(c.server));
+  drain(c);
+  CHECK(refused(MessageType::pool_acquire, {{"bytes", -1}, {"chunk_bytes", kChunk}}));
+  CHECK(refused(MessageType::pool_acquire, {{"bytes", kChunk}, {"chunk_bytes", 2.5e19}}));
+  CHECK(refused(MessageType::pool_acquire, {{"bytes", kChunk}, {"chunk_bytes", kChunk}, {"wait_ms", 1e40}}));
+  CHECK(refused(MessageType::pool_release, {{"ids", nlohmann::json::array({1.5})}}));
+  CHECK(refused(MessageType::pool_release, {{"ids", nlohmann::json::array({1})}, {"seq", -1}}));
+  CHECK(s.invariant_violation_for_test().empty());
+  close(c.ours);
+  CHECK_FALSE(s.serve_client_for_test(c.server));
+}
