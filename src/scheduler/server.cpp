@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "daemon_limits.h"
+#include "json_fields.h"
 #include "log.h"
 #include "settings.h"
 
@@ -38,6 +39,8 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   std::string role = j.value("role", std::string("none"));
   if (!is_known_role(role)) return reply_error(client, EINVAL, "unknown role '" + role + "'");
   std::string uuid = j.value("gpu", std::string());
+  std::optional<uint64_t> total = uint_field(j, "gpu_total_bytes");
+  if (!total) return reply_error(client, EINVAL, "gpu_total_bytes must be an unsigned integer");
   if (client.registered) return reply_error(client, EALREADY, "already registered");
   if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
   if (std::string why = options_.access.refusal(client.peer, role); !why.empty()) {
@@ -76,12 +79,11 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   // The GPU's size (for N% quotas and the admission check) comes from a client: the first
   // report is kept, except that one from a client trusted with a protected role replaces one
   // from a client that is not (a user let in only as a filler cannot skew others' quotas).
-  uint64_t total = j.value("gpu_total_bytes", uint64_t{0});
   bool trusted = options_.access.refusal(client.peer, "training").empty() ||
                  options_.access.refusal(client.peer, "inference").empty();
   bool& known_trusted = gpu_total_trusted_[uuid];
-  if (total && (!g->segment().shm()->gpu_total_bytes || (trusted && !known_trusted))) {
-    g->segment().shm()->gpu_total_bytes = total;
+  if (*total && (!g->segment().shm()->gpu_total_bytes || (trusted && !known_trusted))) {
+    g->segment().shm()->gpu_total_bytes = *total;
     known_trusted = trusted;
   }
   TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
@@ -95,9 +97,10 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
 
 bool Server::handle_trace(Client& client, const std::string& payload) {
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
-  uint64_t since = j.is_object() ? j.value("since_ns", uint64_t{0}) : 0;
+  std::optional<uint64_t> since = uint_field(j, "since_ns");
+  if (!since) return reply_error(client, EINVAL, "since_ns must be an unsigned integer");
   nlohmann::json gpus = nlohmann::json::object();
-  for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(since, uuid.substr(0, 8)));
+  for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(*since, uuid.substr(0, 8)));
   return reply(client, MessageType::trace_reply, nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}.dump());
 }
 

@@ -56,6 +56,14 @@ class Server {
     size_t clients = 0, gpus = 0, pool_chunks = 0, passed_fds = 0, orphan_processes = 0, reply_bytes = 0;
   };
   Holdings holdings() const;
+  // In-process drivers for tests and the fuzz harness (server_testing.cpp): a connected
+  // socket taken as a client as accept would (identity from SO_PEERCRED); one turn of the loop
+  // for it (writes what is queued, reads and handles what arrived; false: it was disconnected);
+  // the daemon's invariants ("" when they hold, otherwise the first that does not).
+  bool adopt_client_for_test(int fd);
+  Client* client_by_fd_for_test(int fd);
+  bool serve_client_for_test(int fd);
+  std::string invariant_violation_for_test() const;
 
  private:
   // The loop (server_loop.cpp).

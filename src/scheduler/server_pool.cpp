@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "daemon_limits.h"
+#include "json_fields.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -41,8 +42,8 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
     if (fd >= 0) close(fd);
     return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
   }
-  uint64_t bytes = j.is_object() ? j.value("bytes", uint64_t{0}) : 0;
-  if (fd < 0 || !bytes) {
+  std::optional<uint64_t> bytes = uint_field(j, "bytes"), seq = uint_field(j, "seq");
+  if (fd < 0 || !bytes || !*bytes || !seq) {
     if (fd >= 0) close(fd);
     return reply_error(client, EINVAL, "pool_register needs {\"bytes\": int} and the chunk's descriptor");
   }
@@ -53,9 +54,9 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
                                            std::to_string(options_.limits.pool_chunks) + " in all)");
   }
   ++client.chunks_registered;
-  uint64_t id = pool_.add(fd, bytes, client.gpu, client.id, client.trust_domain);
-  TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, bytes);
-  return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump());
+  uint64_t id = pool_.add(fd, *bytes, client.gpu, client.id, client.trust_domain);
+  TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, *bytes);
+  return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", *seq}}.dump());
 }
 
 // Each chunk needs its own sendmsg for the descriptor: written directly, after every queued
@@ -71,11 +72,12 @@ bool Server::send_chunks(Client& client, const std::vector<const PoolChunk*>& ch
 
 bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   nlohmann::json j = parse_object(payload);
-  uint64_t bytes = j.is_object() ? j.value("bytes", uint64_t{0}) : 0;
-  uint64_t chunk = j.is_object() ? j.value("chunk_bytes", uint64_t{0}) : 0;
-  uint64_t seq = j.is_object() ? j.value("seq", uint64_t{0}) : 0;
+  std::optional<uint64_t> bytes_field = uint_field(j, "bytes"), chunk_field = uint_field(j, "chunk_bytes"),
+                          seq_field = uint_field(j, "seq"), wait_field = uint_field(j, "wait_ms", 1000);
   if (client.slot < 0) return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
-  if (!bytes || !chunk) return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
+  if (!bytes_field || !*bytes_field || !chunk_field || !*chunk_field || !seq_field || !wait_field)
+    return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
+  uint64_t bytes = *bytes_field, chunk = *chunk_field, seq = *seq_field;
   // One waiting acquisition per client: each costs a look at the pool every tick.
   if (std::any_of(pool_waits_.begin(), pool_waits_.end(), [&](const PoolWait& w) { return w.client == client.id; }))
     return reply_error(client, EBUSY, "an acquisition of this client is already waiting");
@@ -119,7 +121,7 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
     return granted(n, "training has nothing left to give");
   }
   uint64_t now = monotonic_ns();
-  uint64_t wait_ms = std::min<uint64_t>(j.value("wait_ms", uint64_t{1000}),
+  uint64_t wait_ms = std::min<uint64_t>(*wait_field,
                                         static_cast<uint64_t>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS)));
   pool_waits_.push_back(PoolWait{client.id, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull});
   return true;
@@ -127,10 +129,12 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
 
 bool Server::handle_pool_release(Client& client, const std::string& payload) {
   nlohmann::json j = parse_object(payload);
-  if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array())
+  std::optional<uint64_t> seq = uint_field(j, "seq");
+  if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array() || !seq ||
+      !std::all_of(j["ids"].begin(), j["ids"].end(), [](const nlohmann::json& id) { return id.is_number_unsigned(); }))
     return reply_error(client, EINVAL, "pool_release needs {\"ids\": [int]}");
   uint32_t n = pool_.release(client.id, j["ids"].get<std::vector<uint64_t>>());
-  if (!reply(client, MessageType::pool_released, nlohmann::json{{"released", n}, {"seq", j.is_object() ? j.value("seq", uint64_t{0}) : 0}}.dump()))
+  if (!reply(client, MessageType::pool_released, nlohmann::json{{"released", n}, {"seq", *seq}}.dump()))
     return false;
   // May mark other clients closing (the loop reaps them after this turn), never destroys one:
   // `client` stays valid here.

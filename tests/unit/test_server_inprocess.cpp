@@ -1,0 +1,147 @@
+// The daemon's server driven in-process through its test entry points (as the fuzz harness
+// does): socketpair clients, one loop turn at a time, the invariants checked after each.
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "protocol.h"
+#include "server.h"
+
+using namespace tandem;
+
+namespace {
+
+constexpr uint64_t kChunk = 2 * 1024 * 1024;
+const std::string kGpu = "0123456789abcdef0123456789abcdef";
+
+struct PairClient {
+  int ours = -1, server = -1;
+};
+
+PairClient adopt(scheduler::Server& s) {
+  int sv[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) == 0);
+  REQUIRE(s.adopt_client_for_test(sv[1]));
+  return {sv[0], sv[1]};
+}
+
+// Reads every reply queued for the client; their types, in order (descriptors closed).
+std::vector<uint32_t> drain(const PairClient& c) {
+  std::vector<uint32_t> types;
+  for (;;) {
+    MessageHeader h{};
+    std::string payload;
+    int fd = -1;
+    if (recv_message_with_fd(c.ours, h, payload, fd, 0) != RecvStatus::ok) return types;
+    if (fd >= 0) close(fd);
+    types.push_back(h.type);
+  }
+}
+
+// A descriptor's message arrives in two reads (the kernel ends a read at the bytes that carry
+// descriptors), as two turns of the loop.
+bool serve_twice(scheduler::Server& s, const PairClient& c) {
+  return s.serve_client_for_test(c.server) && s.serve_client_for_test(c.server);
+}
+
+void send_chunk(const PairClient& c) {
+  int chunk = memfd_create("unit-chunk", MFD_CLOEXEC);
+  REQUIRE(chunk >= 0);
+  REQUIRE(send_message_with_fd(c.ours, MessageType::pool_register, nlohmann::json{{"bytes", kChunk}}.dump(), chunk));
+  close(chunk);
+}
+
+std::string hello(const char* role) {
+  return nlohmann::json{{"pid", getpid()}, {"role", role}, {"gpu", kGpu}}.dump();
+}
+
+}  // namespace
+
+TEST_CASE("daemon in-process: adopted clients register, hang up, and leave the invariants holding") {
+  scheduler::Server s(scheduler::ServerOptions{"", "fill", {}});
+  PairClient a = adopt(s);
+  REQUIRE(send_message(a.ours, MessageType::hello, hello("training")));
+  CHECK(s.serve_client_for_test(a.server));
+  CHECK(drain(a) == std::vector<uint32_t>{static_cast<uint32_t>(MessageType::hello_ok)});
+  CHECK(s.invariant_violation_for_test().empty());
+  send_chunk(a);
+  CHECK(serve_twice(s, a));
+  CHECK(drain(a) == std::vector<uint32_t>{static_cast<uint32_t>(MessageType::pool_registered)});
+  CHECK(s.invariant_violation_for_test().empty());
+  close(a.ours);
+  CHECK_FALSE(s.serve_client_for_test(a.server));  // the end of the stream: disconnected
+  CHECK(s.invariant_violation_for_test().empty());
+}
+
+// An inference process waits for memory, then, not reading its replies, gives back a chunk
+// of its own: the wait is served at once from it, and the chunk's message cannot be written.
+// The daemon drops that client after its handler returned (it had freed the Client under the
+// handler: a use-after-free that the sanitizer build of this test reports).
+TEST_CASE("daemon in-process: a pool_release whose own wait cannot be sent drops the client safely") {
+  scheduler::Server s(scheduler::ServerOptions{"", "fill", {}});
+  PairClient training = adopt(s), inference = adopt(s);
+  int small = 4096;  // a few replies fill it
+  REQUIRE(setsockopt(inference.server, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
+  REQUIRE(send_message(training.ours, MessageType::hello, hello("training")));
+  REQUIRE(send_message(inference.ours, MessageType::hello, hello("inference")));
+  send_chunk(training);
+  send_chunk(inference);
+  REQUIRE(serve_twice(s, training));
+  REQUIRE(serve_twice(s, inference));
+  drain(training);
+  drain(inference);
+  // Nothing free: training's chunk is reclaimed for it, and the acquisition waits.
+  REQUIRE(send_message(inference.ours, MessageType::pool_acquire,
+                       nlohmann::json{{"bytes", 3 * kChunk}, {"chunk_bytes", kChunk}}.dump()));
+  REQUIRE(s.serve_client_for_test(inference.server));
+  CHECK(drain(inference).empty());
+  CHECK(s.status_json().find("\"waits\":1") != std::string::npos);
+
+  for (int i = 0; i < 12; ++i) REQUIRE(send_message(inference.ours, MessageType::status_request, "{}"));
+  REQUIRE(send_message(inference.ours, MessageType::pool_release, R"({"ids": [2]})"));
+  CHECK_FALSE(s.serve_client_for_test(inference.server));
+  CHECK(s.invariant_violation_for_test().empty());
+  // The daemon serves the others as before.
+  REQUIRE(send_message(training.ours, MessageType::status_request, "{}"));
+  CHECK(s.serve_client_for_test(training.server));
+  CHECK(drain(training) == std::vector<uint32_t>{static_cast<uint32_t>(MessageType::status_reply)});
+  close(inference.ours);
+  close(training.ours);
+  CHECK_FALSE(s.serve_client_for_test(training.server));
+}
+
+// nlohmann's get<uint64_t>() casts a float to the integer: undefined behaviour out of range
+// (UBSan reported 1e300 in the fuzzer). Such fields, and negative ones, are refused.
+TEST_CASE("daemon in-process: unsigned fields that are floats or negative get an EINVAL reply") {
+  scheduler::Server s(scheduler::ServerOptions{"", "fill", {}});
+  PairClient c = adopt(s);
+  auto refused = [&](MessageType type, const nlohmann::json& payload) {
+    REQUIRE(send_message(c.ours, type, payload.dump()));
+    REQUIRE(s.serve_client_for_test(c.server));
+    MessageHeader h{};
+    std::string reply;
+    REQUIRE(recv_message(c.ours, h, reply, 0) == RecvStatus::ok);
+    return h.type == static_cast<uint32_t>(MessageType::error) && nlohmann::json::parse(reply)["errno"] == EINVAL;
+  };
+  nlohmann::json bad_hello = nlohmann::json::parse(hello("training"));
+  bad_hello["gpu_total_bytes"] = 1e300;
+  CHECK(refused(MessageType::hello, bad_hello));
+  CHECK(s.status_json().find("\"clients\":[]") != std::string::npos);  // not registered
+  CHECK(refused(MessageType::trace_request, {{"since_ns", 1e30}}));
+  CHECK(refused(MessageType::trace_request, {{"since_ns", -5}}));
+  REQUIRE(send_message(c.ours, MessageType::hello, hello("inference")));
+  REQUIRE(s.serve_client_for_test(c.server));
+  drain(c);
+  CHECK(refused(MessageType::pool_acquire, {{"bytes", -1}, {"chunk_bytes", kChunk}}));
+  CHECK(refused(MessageType::pool_acquire, {{"bytes", kChunk}, {"chunk_bytes", 2.5e19}}));
+  CHECK(refused(MessageType::pool_acquire, {{"bytes", kChunk}, {"chunk_bytes", kChunk}, {"wait_ms", 1e40}}));
+  CHECK(refused(MessageType::pool_release, {{"ids", nlohmann::json::array({1.5})}}));
+  CHECK(refused(MessageType::pool_release, {{"ids", nlohmann::json::array({1})}, {"seq", -1}}));
+  CHECK(s.invariant_violation_for_test().empty());
+  close(c.ours);
+  CHECK_FALSE(s.serve_client_for_test(c.server));
+}
