@@ -204,21 +204,3 @@ SIM_API CUresult cuFuncGetName(const char** name, CUfunction f) {
 SIM_API CUresult cuKernelGetName(const char** name, CUkernel k) {
   return cuFuncGetName(name, reinterpret_cast<CUfunction>(k));
 }
-SIM_API CUresult cuFuncGetAttribute(int* v, CUfunction_attribute attr, CUfunction f) {
-  if (!v) return CUDA_ERROR_INVALID_VALUE;
-  if (!as_function(f)) return CUDA_ERROR_INVALID_HANDLE;
-  *v = attr == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
-  return CUDA_SUCCESS;
-}
-SIM_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int v) {
-  (void)attr, (void)v;
-  return as_function(f) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-SIM_API CUresult cuKernelGetAttribute(int* v, CUfunction_attribute attr, CUkernel k, CUdevice d) {
-  (void)d;
-  return cuFuncGetAttribute(v, attr, reinterpret_cast<CUfunction>(k));
-}
-SIM_API CUresult cuKernelSetAttribute(CUfunction_attribute attr, int v, CUkernel k, CUdevice d) {
-  (void)d;
-  return cuFuncSetAttribute(reinterpret_cast<CUfunction>(k), attr, v);
-}

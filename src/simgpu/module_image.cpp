@@ -167,14 +167,18 @@ CUresult read_image(const void* image, ImageInfo& out) {
     std::memcpy(&data, p + 8, sizeof data);
     return read_image(data, out);
   }
+  // A well-formed fatbin or cubin may hold no kernel and no variable: nvcc registers one for
+  // every translation unit, also for programs that only allocate and copy. That is valid.
   if (magic == kFatbinMagic) {
     read_fatbin(p, out);
-  } else if (std::memcmp(p, ELFMAG, SELFMAG) == 0) {
+    return CUDA_SUCCESS;
+  }
+  if (std::memcmp(p, ELFMAG, SELFMAG) == 0) {
     const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(p);
     read_elf(p, eh->e_shoff + static_cast<size_t>(eh->e_shnum) * sizeof(Elf64_Shdr), out);
-  } else {
-    read_ptx(reinterpret_cast<const char*>(p), 1 << 26, out);
+    return CUDA_SUCCESS;
   }
+  read_ptx(reinterpret_cast<const char*>(p), 1 << 26, out);
   return out.kernels.empty() && out.globals.empty() ? CUDA_ERROR_INVALID_IMAGE : CUDA_SUCCESS;
 }
 

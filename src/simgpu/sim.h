@@ -63,7 +63,14 @@ struct Context {
 };
 Context* current_context();
 Context* primary_context(int device);
-bool valid_device(CUdevice d);
+bool valid_device(CUdevice d);  // a visible ordinal
+
+// ---- visible devices (visible_devices.cpp): ordinals this process sees -> physical GPUs ----
+int visible_device_count();
+int physical_device(int ordinal);       // -1 when not visible
+int ordinal_of_physical(int physical);  // -1 when not visible
+void physical_uuid(int physical, unsigned char out[16]);
+std::string uuid_text(int physical);    // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 CUstreamCaptureMode thread_capture_mode();  // cuThreadExchangeStreamCaptureMode's per-thread mode
 bool initialized();
 
@@ -75,6 +82,11 @@ struct Function {
   std::string name;
   bool nccl = false;
   bool spin = false;
+  // Settable attributes (occupancy.cpp): 48 KiB of dynamic shared memory until raised.
+  std::atomic<int> max_dynamic_smem{48 << 10};
+  std::atomic<int> carveout{-1};
+  std::atomic<int> non_portable_cluster{0};
+  std::atomic<int> cluster_policy{0};
 };
 Function* as_function(const void* handle);  // CUfunction or CUkernel, or nullptr
 bool is_nccl_name(const std::string& name);
