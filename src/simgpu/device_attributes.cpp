@@ -163,7 +163,7 @@ SIM_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdev
   bool known = false;
   int v = h100_attribute(attr, physical_device(dev), &known);
   if (!known) {
-    log(1, "cuDeviceGetAttribute: attribute %d is not one the simulated GPU knows", static_cast<int>(attr));
+    log(2, "cuDeviceGetAttribute: attribute %d is not one the simulated GPU knows", static_cast<int>(attr));
     return CUDA_ERROR_INVALID_VALUE;
   }
   *value = v;

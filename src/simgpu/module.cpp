@@ -50,7 +50,10 @@ Module* as_module(const void* h) {
 CUresult get_function(Module* m, const char* name, Function** out) {
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
   if (!name || !out) return CUDA_ERROR_INVALID_VALUE;
-  if (!m->image.kernels.count(name)) return CUDA_ERROR_NOT_FOUND;
+  if (!m->image.kernels.count(name)) {
+    log(2, "kernel lookup: '%s' is not in the module's image", name);
+    return CUDA_ERROR_NOT_FOUND;
+  }
   std::lock_guard<std::mutex> lock(m->m);
   for (auto& f : m->functions)
     if (f->name == name) {

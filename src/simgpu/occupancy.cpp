@@ -80,7 +80,7 @@ SIM_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
       return v >= 0 && v <= kMaxClusterNonPortable ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     default:
-      log(1, "cuFuncSetAttribute: attribute %d cannot be set on the simulated GPU", static_cast<int>(attr));
+      log(2, "cuFuncSetAttribute: attribute %d cannot be set on the simulated GPU", static_cast<int>(attr));
       return CUDA_ERROR_INVALID_VALUE;  // read-only attributes, as on the real driver
   }
 }
