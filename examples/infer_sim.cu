@@ -33,6 +33,7 @@ static const char* kUsage =
     "                 [--report-every N] [--mem-mb M] [--transparent] [--warmup-seconds W]\n"
     "                 [--slo-ms L] [--models N [--model-mb M] [--idle-ms T]]\n"
     "                 [--trace light|burst [--interval-s S]] [--threads N]\n"
+    "                 [--trace light|burst [--interval-s S]] [--device D]\n"
     "  Each request is K spin kernels of U us (grid B) on a non-blocking stream, ended by a host\n"
     "  synchronization. Closed loop by default (the next request starts when one ends);\n"
     "  --rate R sends Poisson arrivals at R requests/s (seeded by --seed, default 1) and measures\n"
@@ -54,6 +55,7 @@ static const char* kUsage =
     "  LogNormal(4.5, 0.3), the others light.\n"
     "  --threads N: N host threads (default 1), each running closed-loop requests on its own\n"
     "  stream; not with --rate, --trace, --models or --report-every.\n";
+    "  --device D: run on CUDA device D (an ordinal among those CUDA_VISIBLE_DEVICES shows).\n";
 
 // tandem's client API when the process runs under libtandem.so, else null.
 using RequestBegin = unsigned long long (*)(unsigned long long);
@@ -196,6 +198,7 @@ int main(int argc, char** argv) {
     if (end != t && !*end && v >= 0) idle_ms = v;
   }
   RateTrace trace;
+  int device = 0;
   for (; a.i < argc; ++a.i) {
     std::string f = argv[a.i];
     if (f == "--requests") requests = static_cast<int>(a.integer(1, 1000000000));
@@ -226,6 +229,7 @@ int main(int argc, char** argv) {
       else a.fail("bad value '" + v + "' for --trace (want light or burst)");
     }
     else if (f == "--threads") threads = static_cast<int>(a.integer(1, 1024));
+    else if (f == "--device") device = static_cast<int>(a.integer(0, 1023));
     else if (f == "--seed") seed = static_cast<unsigned>(a.integer(0, 4294967295LL));
     else if (f == "--report-every") report_every = static_cast<int>(a.integer(0, 1000000000));
     else if (f == "--help" || f == "-h") {
@@ -233,6 +237,7 @@ int main(int argc, char** argv) {
       return 0;
     } else a.fail("unknown flag " + f);
   }
+  CUDA_CHECK(cudaSetDevice(device));
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto kernel_ns = static_cast<unsigned long long>(kernel_us * 1000);

@@ -86,39 +86,16 @@ SIM_API CUresult cuDeviceGetP2PAttribute(int* v, CUdevice_P2PAttribute, CUdevice
 SIM_API CUresult cuDeviceGetPCIBusId(char* bus, int len, CUdevice dev) {
   if (!bus || len < 13) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  std::snprintf(bus, static_cast<size_t>(len), "0000:%02x:00.0", dev + 1);
+  std::snprintf(bus, static_cast<size_t>(len), "0000:%02x:00.0", physical_device(dev) + 1);
   return CUDA_SUCCESS;
 }
 SIM_API CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* bus) {
   unsigned domain = 0, b = 0;
   if (!dev || !bus || std::sscanf(bus, "%x:%x", &domain, &b) != 2) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_device(static_cast<int>(b) - 1)) return CUDA_ERROR_INVALID_DEVICE;
-  *dev = static_cast<int>(b) - 1;
+  int ordinal = ordinal_of_physical(static_cast<int>(b) - 1);  // the bus is the physical GPU's
+  if (ordinal < 0) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = ordinal;
   return CUDA_SUCCESS;
-}
-
-// ---- occupancy: 2048 threads and 32 blocks per SM, as on Hopper ----
-SIM_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, CUfunction f, int block, size_t,
-                                                                      unsigned) {
-  if (!n || block <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!as_function(f)) return CUDA_ERROR_INVALID_HANDLE;
-  *n = block > 2048 ? 0 : std::min(32, 2048 / block);
-  return CUDA_SUCCESS;
-}
-SIM_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f, int block, size_t smem) {
-  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, f, block, smem, 0);
-}
-SIM_API CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid, int* block, CUfunction f,
-                                                           CUoccupancyB2DSize, size_t, int limit, unsigned) {
-  if (!min_grid || !block) return CUDA_ERROR_INVALID_VALUE;
-  if (!as_function(f)) return CUDA_ERROR_INVALID_HANDLE;
-  *block = limit > 0 && limit < 1024 ? limit : 1024;
-  *min_grid = settings().sms * (2048 / *block);
-  return CUDA_SUCCESS;
-}
-SIM_API CUresult cuOccupancyMaxPotentialBlockSize(int* min_grid, int* block, CUfunction f, CUoccupancyB2DSize cb,
-                                                  size_t smem, int limit) {
-  return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block, f, cb, smem, limit, 0);
 }
 
 // ---- functions ----
@@ -161,6 +138,14 @@ static CUresult stream_ctx(CUstream s, CUcontext* ctx, bool per_thread) {
 STREAM_PAIR(cuStreamGetCtx, (CUstream s, CUcontext* ctx), stream_ctx(s, ctx, per_thread))
 STREAM_PAIR(cuStreamGetCtx_v2, (CUstream s, CUcontext* ctx, CUgreenCtx* green),
             (green ? (*green = nullptr, stream_ctx(s, ctx, per_thread)) : stream_ctx(s, ctx, per_thread)))
+
+// No stream belongs to a green context (they are not simulated): cuDNN asks before using one.
+SIM_API CUresult cuStreamGetGreenCtx(CUstream s, CUgreenCtx* green) {
+  if (!green) return CUDA_ERROR_INVALID_VALUE;
+  if (!resolve_stream(s, false)) return CUDA_ERROR_INVALID_HANDLE;
+  *green = nullptr;
+  return CUDA_SUCCESS;
+}
 
 static CUresult stream_id(CUstream s, unsigned long long* id, bool per_thread) {
   Stream* st = resolve_stream(s, per_thread);

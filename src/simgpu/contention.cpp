@@ -223,10 +223,17 @@ void run_mps(SharedGpu* gpu, Slot* slot, unsigned sms, uint64_t work_ns) {
 
 }  // namespace
 
-void kernel_queued(int device) { g_local[device].queued.fetch_add(1); }
+// Launches name the ordinal the process sees; contention is per physical GPU
+// (CUDA_VISIBLE_DEVICES may show one GPU to two processes under different ordinals).
+static int physical_index(int ordinal) {
+  int p = physical_device(ordinal);
+  return p >= 0 && p < kMaxDevices ? p : 0;
+}
+
+void kernel_queued(int device) { g_local[physical_index(device)].queued.fetch_add(1); }
 
 void run_on_gpu(int device, uint64_t duration_ns, unsigned sms) {
-  if (device < 0 || device >= kMaxDevices) device = 0;
+  device = physical_index(device);
   SharedGpu* gpu = shared_gpu(device);
   Slot* slot = my_slot(gpu);
   LocalGpu& local = g_local[device];

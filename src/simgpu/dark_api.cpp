@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "sim.h"
@@ -36,6 +37,20 @@ template <int Table, size_t N>
 void fill_unknown(void* (&t)[N], bool has_size_header) {
   fill_unknown<Table>(t, std::make_index_sequence<N>{});
   if (has_size_header) t[0] = reinterpret_cast<void*>(N * sizeof(void*));
+}
+
+// Slots of a table whose callers have a fallback when a slot fails: they answer
+// CUDA_ERROR_NOT_SUPPORTED, logged once per slot under SIMGPU_LOG=info.
+template <int Table, int Slot>
+CUresult unsupported_slot(void*, void*, void*, void*) {
+  static std::once_flag once;
+  std::call_once(once, [] { log(2, "export table %d slot %d is not supported by the simulated driver", Table, Slot); });
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+template <int Table, size_t N, size_t... S>
+void fill_unsupported(void* (&t)[N], std::index_sequence<S...>) {
+  ((t[S] = reinterpret_cast<void*>(&unsupported_slot<Table, static_cast<int>(S)>)), ...);
+  t[0] = reinterpret_cast<void*>(N * sizeof(void*));
 }
 
 // ---- cudart interface {6bd5fb6c-5bf4-e74a-8987-d93912fd9df9} ----
@@ -127,6 +142,10 @@ void* heap_access[3];
 void* device_extended[26];
 void* integrity_table[3];
 void* cudart13_table[95];
+// {1734dc26-800d-4745-8726-c0f1e7dd8bca}: asked for by cuBLASLt 13 during algorithm heuristics.
+// Without the table it dereferences a null pointer; when slot 4 fails it falls back to its
+// built-in heuristics, so every slot fails.
+void* cublaslt_optional[16];
 
 struct TableEntry {
   unsigned char uuid[16];
@@ -143,6 +162,7 @@ const TableEntry kTables[] = {
     {{0xb1, 0x05, 0x41, 0xe1, 0xf7, 0xc7, 0xc7, 0x4a, 0x9f, 0x64, 0xf2, 0x23, 0xbe, 0x99, 0xf1, 0xe2}, device_extended},
     {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, integrity_table},
     {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, cudart13_table},
+    {{0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, cublaslt_optional},
 };
 
 void build_tables() {
@@ -171,6 +191,7 @@ void build_tables() {
   integrity_table[1] = fn(&integrity_check);
   fill_unknown<8>(integrity_table, true);
   fill_unknown<9>(cudart13_table, true);
+  fill_unsupported<10>(cublaslt_optional, std::make_index_sequence<16>{});
 }
 
 // The runtime checks the driver with a keyed hash over its own version, the time, process
@@ -332,7 +353,7 @@ SIM_API CUresult cuGetExportTable(const void** table, const CUuuid* id) {
       return CUDA_SUCCESS;
     }
   const auto* u = reinterpret_cast<const unsigned char*>(id->bytes);
-  log(3, "export table %02x%02x%02x%02x-... not provided", u[0], u[1], u[2], u[3]);
+  log(2, "cuGetExportTable: table %02x%02x%02x%02x-... is not provided by the simulated driver", u[0], u[1], u[2], u[3]);
   *table = nullptr;
   return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -16,7 +16,7 @@ int g_primary_refs[16];
 }  // namespace
 
 bool initialized() { return g_initialized.load(); }
-bool valid_device(CUdevice d) { return d >= 0 && d < settings().devices; }
+bool valid_device(CUdevice d) { return d >= 0 && d < visible_device_count(); }
 Context* primary_context(int device) {
   g_primary[device].device = device;
   g_primary[device].primary = true;
@@ -36,6 +36,8 @@ using namespace simgpu;
 SIM_API CUresult cuInit(unsigned int flags) {
   SIM_FAIL_POINT();
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  // Like the real driver: no visible GPU (CUDA_VISIBLE_DEVICES="" or naming none) fails init.
+  if (visible_device_count() == 0) return CUDA_ERROR_NO_DEVICE;
   g_initialized = true;
   return CUDA_SUCCESS;
 }
@@ -49,7 +51,7 @@ SIM_API CUresult cuDriverGetVersion(int* version) {
 SIM_API CUresult cuDeviceGetCount(int* count) {
   REQUIRE_INIT();
   if (!count) return CUDA_ERROR_INVALID_VALUE;
-  *count = settings().devices;
+  *count = visible_device_count();
   return CUDA_SUCCESS;
 }
 
@@ -65,7 +67,7 @@ SIM_API CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
   REQUIRE_INIT();
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  std::snprintf(name, static_cast<size_t>(len), "tandem simulated GPU %d", dev);
+  std::snprintf(name, static_cast<size_t>(len), "tandem simulated GPU %d", physical_device(dev));
   return CUDA_SUCCESS;
 }
 
@@ -80,53 +82,11 @@ SIM_API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 static CUresult device_uuid(CUuuid* uuid, CUdevice dev) {
   if (!uuid) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  std::memset(uuid->bytes, 0, sizeof uuid->bytes);
-  std::memcpy(uuid->bytes, "simgpu-uuid-", 12);
-  uuid->bytes[15] = static_cast<char>(dev);
+  physical_uuid(physical_device(dev), reinterpret_cast<unsigned char*>(uuid->bytes));
   return CUDA_SUCCESS;
 }
 SIM_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) { return device_uuid(uuid, dev); }
 SIM_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return device_uuid(uuid, dev); }
-
-SIM_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice dev) {
-  REQUIRE_INIT();
-  if (!value) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  int v = 0;
-  if (limit_attribute(attr, &v)) {  // limits.cpp: shared memory, multicast, fabric, RDMA
-    *value = v;
-    return CUDA_SUCCESS;
-  }
-  switch (attr) {
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: v = 64; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: v = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: v = 49152; break;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = settings().sms; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: v = 1755000; break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: v = 2619000; break;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: v = 5120; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
-      v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 2; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: v = dev; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: v = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = 50 << 20; break;
-    default: v = 0;
-  }
-  *value = v;
-  return CUDA_SUCCESS;
-}
 
 SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
   REQUIRE_INIT();
@@ -255,7 +215,7 @@ SIM_API CUresult cuGetErrorName(CUresult error, const char** str) {
   switch (error) {
 #define NAME(e) case e: *str = #e; return CUDA_SUCCESS;
     NAME(CUDA_SUCCESS) NAME(CUDA_ERROR_INVALID_VALUE) NAME(CUDA_ERROR_OUT_OF_MEMORY)
-    NAME(CUDA_ERROR_NOT_INITIALIZED) NAME(CUDA_ERROR_INVALID_DEVICE) NAME(CUDA_ERROR_INVALID_IMAGE)
+    NAME(CUDA_ERROR_NOT_INITIALIZED) NAME(CUDA_ERROR_NO_DEVICE) NAME(CUDA_ERROR_NO_BINARY_FOR_GPU) NAME(CUDA_ERROR_INVALID_DEVICE) NAME(CUDA_ERROR_INVALID_IMAGE)
     NAME(CUDA_ERROR_INVALID_CONTEXT) NAME(CUDA_ERROR_INVALID_HANDLE) NAME(CUDA_ERROR_NOT_FOUND)
     NAME(CUDA_ERROR_NOT_READY) NAME(CUDA_ERROR_LAUNCH_FAILED) NAME(CUDA_ERROR_NOT_SUPPORTED)
     NAME(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) NAME(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)

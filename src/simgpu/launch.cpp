@@ -46,7 +46,7 @@ CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const uns
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 || block[2] == 0 ||
       static_cast<uint64_t>(block[0]) * block[1] * block[2] > 1024)
     return CUDA_ERROR_INVALID_VALUE;
-  if (smem > static_cast<unsigned>(fn->max_dynamic_shared)) return CUDA_ERROR_INVALID_VALUE;  // limits.cpp
+  if (smem > static_cast<unsigned>(fn->max_dynamic_smem.load())) return CUDA_ERROR_INVALID_VALUE;  // limits.cpp
   Stream* st = resolve_stream(s, per_thread);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   Op op;

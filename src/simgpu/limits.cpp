@@ -39,29 +39,4 @@ bool limit_attribute(CUdevice_attribute attr, int* v) {
 }
 
 
-CUresult function_attribute(const Function& f, CUfunction_attribute attr, int* v) {
-  switch (attr) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = f.max_dynamic_shared; break;
-    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *v = f.carveout; break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION: case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
-    default: *v = 0;  // no static shared, local or constant memory, registers unknown
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult set_function_attribute(Function& f, CUfunction_attribute attr, int v) {
-  switch (attr) {
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-      if (v < 0 || v > kSharedPerBlockOptin) return CUDA_ERROR_INVALID_VALUE;
-      f.max_dynamic_shared = v;
-      return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
-      if (v < -1 || v > 100) return CUDA_ERROR_INVALID_VALUE;
-      f.carveout = v;
-      return CUDA_SUCCESS;
-    default: return CUDA_SUCCESS;  // hints (cluster sizes, scheduling) with nothing to simulate
-  }
-}
-
 }  // namespace simgpu

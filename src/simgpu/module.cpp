@@ -50,7 +50,10 @@ Module* as_module(const void* h) {
 CUresult get_function(Module* m, const char* name, Function** out) {
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
   if (!name || !out) return CUDA_ERROR_INVALID_VALUE;
-  if (!m->image.kernels.count(name)) return CUDA_ERROR_NOT_FOUND;
+  if (!m->image.kernels.count(name)) {
+    log(2, "kernel lookup: '%s' is not in the module's image", name);
+    return CUDA_ERROR_NOT_FOUND;
+  }
   std::lock_guard<std::mutex> lock(m->m);
   for (auto& f : m->functions)
     if (f->name == name) {
@@ -203,23 +206,4 @@ SIM_API CUresult cuFuncGetName(const char** name, CUfunction f) {
 }
 SIM_API CUresult cuKernelGetName(const char** name, CUkernel k) {
   return cuFuncGetName(name, reinterpret_cast<CUfunction>(k));
-}
-SIM_API CUresult cuFuncGetAttribute(int* v, CUfunction_attribute attr, CUfunction f) {
-  if (!v) return CUDA_ERROR_INVALID_VALUE;
-  Function* fn = as_function(f);
-  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
-  return function_attribute(*fn, attr, v);
-}
-SIM_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int v) {
-  Function* fn = as_function(f);
-  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
-  return set_function_attribute(*fn, attr, v);
-}
-SIM_API CUresult cuKernelGetAttribute(int* v, CUfunction_attribute attr, CUkernel k, CUdevice d) {
-  (void)d;
-  return cuFuncGetAttribute(v, attr, reinterpret_cast<CUfunction>(k));
-}
-SIM_API CUresult cuKernelSetAttribute(CUfunction_attribute attr, int v, CUkernel k, CUdevice d) {
-  (void)d;
-  return cuFuncSetAttribute(reinterpret_cast<CUfunction>(k), attr, v);
 }

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <regex>
+#include <vector>
 
 #include "module_image.h"
 #include "sim.h"
@@ -19,7 +20,6 @@ namespace {
 constexpr uint32_t kFatbinMagic = 0xBA55ED50;
 constexpr uint32_t kFatbinWrapperMagic = 0x466243b1;
 constexpr uint64_t kEntryLz4 = 0x2000, kEntryZstd = 0x8000;
-constexpr uint32_t kSimulatedArch = 90;  // compute capability 9.0
 
 // One fatbin entry header, as laid out by nvcc (fields we do not use are left unnamed).
 struct FatbinEntry {
@@ -29,7 +29,7 @@ struct FatbinEntry {
   uint64_t padded_payload_size;
   uint32_t compressed_size;
   uint32_t unused0[2];
-  uint32_t arch;  // 90 for sm_90
+  uint32_t arch;  // sm_XY as 10 * X + Y
   uint32_t unused2[2];
   uint64_t flags;
   uint64_t unused1;
@@ -126,8 +126,15 @@ void read_ptx(const char* text, size_t size, ImageInfo& out) {
   }
 }
 
-// Returns the size of the fatbin (header + entries), 0 if `p` is not one.
-size_t read_fatbin(const unsigned char* p, ImageInfo& out) {
+// The simulated GPU is an sm_90: like the driver, read the entries it would load (the sm_90
+// cubins, else the PTX of the newest architecture up to 9.0, which the driver would compile)
+// and skip the others. Libraries ship one entry per architecture, often compressed: reading
+// only these makes loading cuBLAS's, cuDNN's and NCCL's fatbins several times faster (NCCL's
+// hold ~100 MB per architecture).
+constexpr uint32_t kDeviceArch = 90;
+
+// The entry headers of a fatbin, and its size (header + entries); 0 if `p` is not one.
+size_t fatbin_entries(const unsigned char* p, std::vector<std::pair<FatbinEntry, size_t>>& entries) {
   uint32_t magic;
   std::memcpy(&magic, p, 4);
   if (magic != kFatbinMagic) return 0;
@@ -136,25 +143,37 @@ size_t read_fatbin(const unsigned char* p, ImageInfo& out) {
   std::memcpy(&header_size, p + 6, 2);
   std::memcpy(&payload, p + 8, 8);
   size_t total = header_size + payload;
-  // Names are the same in every architecture's entry: when there is an sm_90 cubin, read
-  // only the simulated GPU's own entries (NCCL's fatbins hold ~100 MB per architecture, and
-  // inflating them all took seconds per process).
-  bool have_own_cubin = false;
   for (size_t off = header_size; off + sizeof(FatbinEntry) <= total;) {
     FatbinEntry e;
     std::memcpy(&e, p + off, sizeof e);
     if (e.header_size == 0 || off + e.header_size + e.padded_payload_size > total) break;
-    have_own_cubin = have_own_cubin || (e.kind == 2 && e.arch == kSimulatedArch);
+    entries.emplace_back(e, off);
     off += e.header_size + e.padded_payload_size;
   }
-  for (size_t off = header_size; off + sizeof(FatbinEntry) <= total;) {
-    FatbinEntry e;
-    std::memcpy(&e, p + off, sizeof e);
-    if (e.header_size == 0 || off + e.header_size + e.padded_payload_size > total) break;
-    if (have_own_cubin && e.arch != kSimulatedArch) {
-      off += e.header_size + e.padded_payload_size;
-      continue;
-    }
+  return total;
+}
+
+// Reads the entries for the device.
+void read_fatbin(const unsigned char* p, ImageInfo& out) {
+  std::vector<std::pair<FatbinEntry, size_t>> entries;
+  fatbin_entries(p, entries);
+  bool has_cubin = false;
+  uint32_t best_ptx = 0;
+  for (const auto& [e, off] : entries) {
+    if (e.kind == 2 && e.arch == kDeviceArch) has_cubin = true;
+    if (e.kind == 1 && e.arch <= kDeviceArch && e.arch > best_ptx) best_ptx = e.arch;
+  }
+  // Nothing an sm_90 loads (cuBLAS ships sm_75-only images without kernels it launches): read
+  // everything, as lazy loading would only fail at the first launch of a kernel from it.
+  bool everything = !has_cubin && best_ptx == 0;
+  if (everything && !entries.empty()) {
+    std::string seen;
+    for (const auto& [e, off] : entries) seen += (e.kind == 2 ? " sm_" : " compute_") + std::to_string(e.arch);
+    log(3, "module load: the fatbin holds%s, nothing for sm_90; reading all of it", seen.c_str());
+  }
+  for (const auto& [e, off] : entries) {
+    bool wanted = everything || (has_cubin ? e.kind == 2 && e.arch == kDeviceArch : e.kind == 1 && e.arch == best_ptx);
+    if (!wanted) continue;
     const unsigned char* body = p + off + e.header_size;
     std::string inflated;
     size_t body_size = e.padded_payload_size;
@@ -162,17 +181,14 @@ size_t read_fatbin(const unsigned char* p, ImageInfo& out) {
       if (!inflate(e, body, inflated)) {
         log(1, "cannot inflate a compressed fatbin entry (needs libzstd.so.1 / liblz4.so.1); "
                "build with -Xfatbin=-compress-all=false or --compress-mode=none");
-        off += e.header_size + e.padded_payload_size;
         continue;
       }
       body = reinterpret_cast<const unsigned char*>(inflated.data());
       body_size = inflated.size();
     }
     if (e.kind == 2 || (body_size >= SELFMAG && std::memcmp(body, ELFMAG, SELFMAG) == 0)) read_elf(body, body_size, out);
-    else if (e.kind == 1) read_ptx(reinterpret_cast<const char*>(body), body_size, out);
-    off += e.header_size + e.padded_payload_size;
+    else read_ptx(reinterpret_cast<const char*>(body), body_size, out);
   }
-  return total;
 }
 
 CUresult read_image(const void* image, ImageInfo& out) {
@@ -185,8 +201,8 @@ CUresult read_image(const void* image, ImageInfo& out) {
     std::memcpy(&data, p + 8, sizeof data);
     return read_image(data, out);
   }
-  // A fatbin or cubin without kernels is valid (nvcc embeds one in every program, kernels or
-  // not); text is taken for PTX only when it declares something.
+  // A well-formed fatbin or cubin may hold no kernel and no variable: nvcc registers one for
+  // every translation unit, also for programs that only allocate and copy. That is valid.
   if (magic == kFatbinMagic) {
     read_fatbin(p, out);
     return CUDA_SUCCESS;

@@ -64,7 +64,14 @@ struct Context {
 };
 Context* current_context();
 Context* primary_context(int device);
-bool valid_device(CUdevice d);
+bool valid_device(CUdevice d);  // a visible ordinal
+
+// ---- visible devices (visible_devices.cpp): ordinals this process sees -> physical GPUs ----
+int visible_device_count();
+int physical_device(int ordinal);       // -1 when not visible
+int ordinal_of_physical(int physical);  // -1 when not visible
+void physical_uuid(int physical, unsigned char out[16]);
+std::string uuid_text(int physical);    // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 CUstreamCaptureMode thread_capture_mode();  // cuThreadExchangeStreamCaptureMode's per-thread mode
 bool initialized();
 
@@ -76,8 +83,11 @@ struct Function {
   std::string name;
   bool nccl = false;
   bool spin = false;
-  int max_dynamic_shared = 48 << 10;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-  int carveout = -1;                  // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+  // Settable attributes (occupancy.cpp): 48 KiB of dynamic shared memory until raised.
+  std::atomic<int> max_dynamic_smem{48 << 10};
+  std::atomic<int> carveout{-1};
+  std::atomic<int> non_portable_cluster{0};
+  std::atomic<int> cluster_policy{0};
 };
 Function* as_function(const void* handle);  // CUfunction or CUkernel, or nullptr
 bool is_nccl_name(const std::string& name);
@@ -85,8 +95,6 @@ bool is_nccl_name(const std::string& name);
 // ---- shared-memory limits and the attributes NCCL reads (limits.cpp) ----
 // True when `attr` is one of limits.cpp's (shared memory, multicast, fabric, RDMA, ...).
 bool limit_attribute(CUdevice_attribute attr, int* v);
-CUresult function_attribute(const Function& f, CUfunction_attribute attr, int* v);
-CUresult set_function_attribute(Function& f, CUfunction_attribute attr, int v);
 
 // ---- execution engine (engine.cpp) ----
 struct Stream;

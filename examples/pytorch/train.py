@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""A small PyTorch training job: a convolutional stem, a transformer block (layer norm,
+scaled_dot_product_attention, GELU) and a classifier, trained with AdamW under bf16 autocast;
+then the forward pass captured as a CUDA graph (torch.cuda.graph) and replayed. It runs on a
+real GPU and on tandem's simulated one (LD_LIBRARY_PATH=build/simgpu), with or without
+LD_PRELOAD=build/lib/libtandem.so. Prints one JSON line: steps, replays, seconds, memory.
+
+    python3 examples/pytorch/train.py --steps 20 --replays 10
+"""
+import argparse
+import json
+import sys
+import time
+
+
+def build_model(torch, nn, dim):
+    class Block(nn.Module):
+        """Pre-norm transformer block: attention through scaled_dot_product_attention, GELU MLP."""
+
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, 4, c // 4).permute(2, 0, 3, 1, 4)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, t, c))
+            return x + self.mlp(self.norm2(x))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, dim, 3, stride=2, padding=1), nn.BatchNorm2d(dim), nn.GELU(),
+                                      nn.Conv2d(dim, dim, 3, stride=2, padding=1))
+            self.block = Block()
+            self.head = nn.Linear(dim, 10)
+
+        def forward(self, img):
+            x = self.stem(img).flatten(2).transpose(1, 2)  # (batch, tokens, dim)
+            return self.head(self.block(x).mean(1))
+
+    return Net()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    parser.add_argument("--replays", type=int, default=5, help="CUDA graph replays of the forward pass (default 5)")
+    parser.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
+    parser.add_argument("--dim", type=int, default=64, help="model width (default 64)")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="train for this long instead of --steps (the graph part follows)")
+    parser.add_argument("--sleep-ms", type=float, default=0.0,
+                        help="host pause after each step, the GPU idle (a data-loading bubble)")
+    args = parser.parse_args()
+    if args.steps < 1 or args.replays < 0 or args.batch < 1 or args.dim < 8 or args.dim % 4:
+        parser.error("--steps >= 1, --replays >= 0, --batch >= 1, --dim a multiple of 4 and >= 8")
+
+    import torch
+    from torch import nn
+
+    if not torch.cuda.is_available():
+        print("train.py: no CUDA device", file=sys.stderr)
+        return 1
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = build_model(torch, nn, args.dim).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    img = torch.randn(args.batch, 3, 32, 32, device=dev)
+    label = torch.randint(0, 10, (args.batch,), device=dev)
+
+    start = time.monotonic()
+    steps = 0
+    while steps < args.steps if not args.seconds else time.monotonic() - start < args.seconds:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(img), label)
+        loss.backward()
+        opt.step()
+        steps += 1
+        if args.sleep_ms:
+            torch.cuda.synchronize()
+            time.sleep(args.sleep_ms / 1e3)
+    torch.cuda.synchronize()
+    train_s = time.monotonic() - start
+
+    # Forward pass as a CUDA graph: warm up on a side stream, capture, replay (as documented).
+    model.eval()
+    static_img = img.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(2):
+            model(static_img)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        static_out = model(static_img)
+    for _ in range(args.replays):
+        static_img.copy_(img)
+        graph.replay()
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    print(json.dumps({"example": "train", "steps": steps, "replays": args.replays,
+                      "train_s": round(train_s, 3), "steps_per_s": round(steps / train_s, 2),
+                      "out_shape": list(static_out.shape), "max_allocated": torch.cuda.max_memory_allocated(),
+                      "reserved": torch.cuda.memory_reserved(), "mem_free": free, "mem_total": total}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
