@@ -59,11 +59,13 @@ ProcessMemoryRow* my_row(ProcessMemoryTable* t) {
 
 }  // namespace
 
+// errno is kept: a driver call that succeeds leaves it alone (shm_open and kill may set it).
 void publish_memory_use(int device, uint64_t bytes) {
   if (device < 0 || device >= kMaxDevices) return;
-  ProcessMemoryTable* t = table(device);
-  if (!t) return;
-  if (ProcessMemoryRow* row = my_row(t)) row->bytes.store(bytes);
+  int saved_errno = errno;
+  if (ProcessMemoryTable* t = table(device))
+    if (ProcessMemoryRow* row = my_row(t)) row->bytes.store(bytes);
+  errno = saved_errno;
 }
 
 }  // namespace simgpu

@@ -269,14 +269,20 @@ void format_uuid(const Device& d, char* out, size_t length) {
 }
 constexpr unsigned kUuidLength = 41;  // "GPU-" + 36 + NUL (NVML_DEVICE_UUID_BUFFER_SIZE is 80)
 
+Memory memory_of(const Device& d) {
+  unsigned long long total = device_memory_bytes(), used = used_bytes(d);
+  if (used > total) used = total;
+  return Memory{total, total - used, used};
+}
+
 }  // namespace
 
+// Both versions compute with memory_of, never by calling each other: an interposer (tandem)
+// exports these names, and a call between them would reach it.
 NVML_API int nvmlDeviceGetMemoryInfo(void* device, Memory* memory) {
   Device* d = as_device(device);
   if (!d || !memory) return kInvalidArgument;
-  unsigned long long total = device_memory_bytes(), used = used_bytes(*d);
-  if (used > total) used = total;
-  *memory = Memory{total, total - used, used};
+  *memory = memory_of(*d);
   return kSuccess;
 }
 
@@ -285,8 +291,7 @@ NVML_API int nvmlDeviceGetMemoryInfo_v2(void* device, MemoryV2* memory) {
   Device* d = as_device(device);
   if (!d || !memory) return kInvalidArgument;
   if (memory->version != kMemoryV2Version) return kArgumentVersionMismatch;
-  Memory m{};
-  nvmlDeviceGetMemoryInfo(device, &m);
+  Memory m = memory_of(*d);
   memory->total = m.total;
   memory->reserved = 0;
   memory->free = m.free;
