@@ -50,12 +50,20 @@ def install_pynvml(build):
     wanted = open(REQUIREMENTS).read()
     if os.path.exists(stamp) and open(stamp).read() == wanted:
         return target
+    if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        sys.exit("FAIL: no pip for this Python (scripts/setup.sh installs python3-pip)")
+    # Into the build directory only: a system Python's "externally managed" guard does not apply.
+    env = dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1")
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                         "--upgrade", "--target", target, "-r", REQUIREMENTS], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, env=env)
     if r.returncode != 0:
-        print(f"SKIP: pip could not install nvidia-ml-py (no registry?):\n{r.stderr[-2000:]}")
-        sys.exit(SKIP)
+        unreachable = ("NewConnectionError", "Network is unreachable", "Temporary failure in name resolution",
+                       "Max retries exceeded", "Could not find a version that satisfies", "ConnectTimeout")
+        if any(u in r.stderr for u in unreachable):
+            print(f"SKIP: pip cannot reach the package registry to install nvidia-ml-py:\n{r.stderr[-2000:]}")
+            sys.exit(SKIP)
+        sys.exit(f"FAIL: pip could not install nvidia-ml-py:\n{r.stderr[-2000:]}")
     with open(stamp, "w") as f:
         f.write(wanted)
     return target
