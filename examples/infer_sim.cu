@@ -32,8 +32,7 @@ static const char* kUsage =
     "                 [--closed-loop | --rate R [--burst AT:RATE:SECONDS]] [--seed X]\n"
     "                 [--report-every N] [--mem-mb M] [--transparent] [--warmup-seconds W]\n"
     "                 [--slo-ms L] [--models N [--model-mb M] [--idle-ms T]]\n"
-    "                 [--trace light|burst [--interval-s S]] [--threads N]\n"
-    "                 [--trace light|burst [--interval-s S]] [--device D]\n"
+    "                 [--trace light|burst [--interval-s S]] [--threads N] [--device D]\n"
     "  Each request is K spin kernels of U us (grid B) on a non-blocking stream, ended by a host\n"
     "  synchronization. Closed loop by default (the next request starts when one ends);\n"
     "  --rate R sends Poisson arrivals at R requests/s (seeded by --seed, default 1) and measures\n"
@@ -54,7 +53,7 @@ static const char* kUsage =
     "  (default 20) as in SIRIUS: light LogNormal(1, 1) requests/s; burst 30% of intervals\n"
     "  LogNormal(4.5, 0.3), the others light.\n"
     "  --threads N: N host threads (default 1), each running closed-loop requests on its own\n"
-    "  stream; not with --rate, --trace, --models or --report-every.\n";
+    "  stream; not with --rate, --trace, --models or --report-every.\n"
     "  --device D: run on CUDA device D (an ordinal among those CUDA_VISIBLE_DEVICES shows).\n";
 
 // tandem's client API when the process runs under libtandem.so, else null.

@@ -210,17 +210,14 @@ CUresult hook_cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
   return r;
 }
 
-// What frameworks take for the size of the GPU: the quota when there is one. `free` is what
-// is left of the quota (never below 0, even when the daemon lowered the quota below the use),
-// and never more than the driver says is free.
+// What frameworks take for the size of the GPU: the quota's view (quota_memory_view).
 CUresult hook_cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) noexcept {
   CUresult r = g_real.cuMemGetInfo_v2(free_bytes, total_bytes);
-  uint64_t quota = memory_quota();
-  if (r != CUDA_SUCCESS || !quota || !free_bytes || !total_bytes) return r;
-  uint64_t used = memory_counters().bytes_in_use.load(std::memory_order_relaxed);
-  if (quota < *total_bytes) *total_bytes = quota;
-  uint64_t left = *total_bytes > used ? *total_bytes - used : 0;
-  if (left < *free_bytes) *free_bytes = left;
+  if (r != CUDA_SUCCESS || !free_bytes || !total_bytes) return r;
+  uint64_t free = *free_bytes, total = *total_bytes, used = 0;
+  if (!quota_memory_view(free, total, used)) return r;
+  *free_bytes = free;
+  *total_bytes = total;
   return r;
 }
 

@@ -57,6 +57,17 @@ uint64_t memory_quota() noexcept {
   return env_quota();
 }
 
+bool quota_memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes) noexcept {
+  uint64_t quota = memory_quota();
+  if (!quota) return false;
+  uint64_t used = memory_counters().bytes_in_use.load(std::memory_order_relaxed);
+  if (quota < total_bytes) total_bytes = quota;
+  uint64_t left = total_bytes > used ? total_bytes - used : 0;
+  if (left < free_bytes) free_bytes = left;
+  used_bytes = used;
+  return true;
+}
+
 bool charge_memory(uint64_t bytes) noexcept {
   MemoryCounters& m = memory_counters();
   uint64_t quota = memory_quota();

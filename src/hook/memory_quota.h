@@ -11,6 +11,13 @@ namespace tandem::hook {
 // The quota in force, in bytes (0: none). A percentage is taken of the current device's size.
 uint64_t memory_quota() noexcept;
 
+// The device's memory as a process with a quota sees it, from the device's own figures:
+// total is the quota (when smaller than the device), free what is left of it (never below 0,
+// even when the daemon lowered the quota below the use, and never more than the device has
+// free); `used` becomes the process's own use. False, and nothing changed, without a quota.
+// cuMemGetInfo and NVML's memory queries answer with it.
+bool quota_memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes) noexcept;
+
 // Adds `bytes` to the process's use if it stays within the quota; else counts a refusal,
 // warns (once) naming the quota, and returns false: the caller answers CUDA_ERROR_OUT_OF_MEMORY.
 bool charge_memory(uint64_t bytes) noexcept;

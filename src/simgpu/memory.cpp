@@ -14,6 +14,15 @@ namespace {
 std::mutex g_mutex;
 std::map<uint64_t, size_t>* g_allocs = new std::map<uint64_t, size_t>();  // never destroyed
 uint64_t g_used = 0;
+// Per GPU, for the simulated NVML: the device of each tracked allocation (the current
+// context's when it was made) and this process's bytes on each device.
+std::map<uint64_t, int>* g_alloc_device = new std::map<uint64_t, int>();  // never destroyed
+uint64_t g_used_on[16];
+
+int allocating_device() {
+  Context* c = current_context();
+  return c && c->device >= 0 && c->device < 16 ? c->device : 0;
+}
 
 CUresult allocate(CUdeviceptr* p, size_t bytes, const char* api) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
@@ -27,6 +36,9 @@ CUresult allocate(CUdeviceptr* p, size_t bytes, const char* api) {
   if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   (*g_allocs)[reinterpret_cast<uint64_t>(m)] = bytes;
   g_used += bytes;
+  int device = allocating_device();
+  (*g_alloc_device)[reinterpret_cast<uint64_t>(m)] = device;
+  publish_memory_use(device, g_used_on[device] += bytes);
   *p = reinterpret_cast<CUdeviceptr>(m);
   return CUDA_SUCCESS;
 }
@@ -39,6 +51,10 @@ CUresult release(CUdeviceptr p) {
   munmap(reinterpret_cast<void*>(p), it->second);
   forget_communicators(p, it->second);  // collectives.cpp
   g_used -= it->second;
+  if (auto d = g_alloc_device->find(p); d != g_alloc_device->end()) {
+    publish_memory_use(d->second, g_used_on[d->second] -= it->second);
+    g_alloc_device->erase(d);
+  }
   g_allocs->erase(it);
   return CUDA_SUCCESS;
 }

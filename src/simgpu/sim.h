@@ -181,6 +181,9 @@ void kernel_queued(int device);
 // fork(): resets the process-local accounting in the child.
 void contention_after_fork_child();
 
+// ---- each process's device memory, seen by the simulated NVML (process_memory.cpp) ----
+void publish_memory_use(int device, uint64_t bytes);
+
 // ---- kernel cost (engine.cpp) ----
 uint64_t kernel_cost_ns(const KernelLaunch& k);
 // ---- NCCL collectives (collectives.cpp) ----

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # libtandem.so must load into any container: its only run-time dependencies are glibc's
-# libraries, and it exports exactly the hooked driver symbols, dlsym and the client API.
+# libraries, and it exports exactly the hooked driver and NVML symbols, dlsym and the client API.
 set -euo pipefail
 lib=$1
 def=$2
@@ -19,12 +19,14 @@ fi
 
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort)
 hooked=$(sed -n 's/^HOOK(\([A-Za-z0-9_]*\),.*/\1/p' "$def" | sort)
+# NVML's hooked symbols: nvml_api.def beside driver_api.def.
+nvml=$(sed -n 's/^NVML_HOOK(\([A-Za-z0-9_]*\),.*/\1/p' "$(dirname "$def")/nvml_api.def" | sort)
 # The client API: every function declared in include/tandem/client.h.
 header="$(dirname "$0")/../../include/tandem/client.h"
 api=$(printf 'dlsym\n%s\n' "$(sed -n 's/^[a-z].*[ *]\(tandem_[a-z_]*\)(.*/\1/p' "$header")")
-expected=$(printf '%s\n%s\n' "$hooked" "$api" | sort)
+expected=$(printf '%s\n%s\n%s\n' "$hooked" "$nvml" "$api" | sort)
 if [ "$exported" != "$expected" ]; then
-  echo "FAIL: exported symbols differ from driver_api.def + client API:"
+  echo "FAIL: exported symbols differ from driver_api.def + nvml_api.def + client API:"
   diff <(echo "$expected") <(echo "$exported") || true
   fail=1
 fi

@@ -1,13 +1,25 @@
 // The simulated GPUs' NVML (build/simgpu/libnvidia-ml.so.1): the device queries NCCL 2.28-2.30
 // makes at initialisation (count, handles by index and PCI bus id, compute capability, PCI
-// identity and link, P2P status).
+// identity and link, P2P status), and the memory queries of nvidia-smi, pynvml and vLLM
+// (memory info v1 and v2, UUID, handle by UUID, running compute processes).
 // It answers as a PCIe machine: peer reads and writes work, NVLink, fabric and platform
 // queries are NOT_SUPPORTED. No NVIDIA header is needed: the ABI is a C enum of return
-// codes and opaque device handles. Device count comes from SIMGPU_DEVICES, as in libcuda;
+// codes, opaque device handles and a few plain structures, declared here as NVML's API
+// reference (nvml.h of the NVIDIA GPU Deployment Kit; the same layouts as nvidia-ml-py's
+// ctypes structures) defines them. Memory figures agree with the simulated libcuda: the
+// total is SIMGPU_MEM_BYTES, the use what the processes on the GPU allocated through it
+// (each publishes its own in a shared table, ../process_memory.h). Device count comes from SIMGPU_DEVICES, as in libcuda;
 // like the real NVML it ignores CUDA_VISIBLE_DEVICES.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "../process_memory.h"
 
 #define NVML_API extern "C" __attribute__((visibility("default")))
 
@@ -19,6 +31,8 @@ enum Return : int {
   kInvalidArgument = 2,
   kNotSupported = 3,
   kNotFound = 6,
+  kInsufficientSize = 7,
+  kArgumentVersionMismatch = 25,
 };
 enum P2PCaps : int { kCapsRead = 0, kCapsWrite = 1, kCapsNvlink = 2, kCapsAtomics = 3, kCapsPci = 4 };
 constexpr int kP2PStatusOk = 0;
@@ -58,6 +72,8 @@ NVML_API const char* nvmlErrorString(int r) {
     case kInvalidArgument: return "Invalid Argument";
     case kNotSupported: return "Not Supported";
     case kNotFound: return "Not Found";
+    case kInsufficientSize: return "Insufficient Size";
+    case kArgumentVersionMismatch: return "Argument Version Mismatch";
     default: return "Unknown Error";
   }
 }
@@ -185,3 +201,136 @@ NVML_API int nvmlDeviceGetNvLinkCapability(void*, unsigned, int, unsigned*) { re
 NVML_API int nvmlDeviceGetFieldValues(void*, int, void*) { return kNotSupported; }
 NVML_API int nvmlDeviceGetGpuFabricInfoV(void*, void*) { return kNotSupported; }
 NVML_API int nvmlDeviceGetPlatformInfo(void*, void*) { return kNotSupported; }
+
+// ---- memory and processes ----
+
+namespace {
+
+// nvmlMemory_t, nvmlMemory_v2_t and nvmlProcessInfo_v2_t (which the _v3 process query fills).
+struct Memory {
+  unsigned long long total, free, used;
+};
+struct MemoryV2 {
+  unsigned version;
+  unsigned long long total, reserved, free, used;
+};
+// NVML_STRUCT_VERSION(Memory, 2): the structure's size, version 2 in the top byte.
+constexpr unsigned kMemoryV2Version = static_cast<unsigned>(sizeof(MemoryV2)) | 2u << 24;
+static_assert(kMemoryV2Version == 0x02000028u);
+struct ProcessInfo {
+  unsigned pid;
+  unsigned long long used_gpu_memory;
+  unsigned gpu_instance_id, compute_instance_id;
+};
+constexpr unsigned kNoInstance = 0xFFFFFFFFu;  // NVML_VALUE_NOT_AVAILABLE: not a MIG instance
+
+unsigned long long device_memory_bytes() {
+  const char* v = std::getenv("SIMGPU_MEM_BYTES");
+  unsigned long long n = v && *v ? std::strtoull(v, nullptr, 10) : 0;
+  return n ? n : 80ull << 30;  // libcuda's default
+}
+
+bool alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+// Each live process's bytes on the device, from the table libcuda writes (nothing when no
+// process has allocated yet). Mapped anew at each call: NVML queries are rare.
+template <typename Visit>
+void for_each_process(const Device& d, Visit&& visit) {
+  std::string name = simgpu::process_memory_table_name(std::getenv("SIMGPU_SHM"), static_cast<int>(d.index));
+  int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return;
+  void* p = mmap(nullptr, sizeof(simgpu::ProcessMemoryTable), PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return;
+  const auto* table = static_cast<const simgpu::ProcessMemoryTable*>(p);
+  if (table->magic.load() == simgpu::kProcessMemoryMagic) {
+    for (const simgpu::ProcessMemoryRow& row : table->rows) {
+      int pid = row.pid.load();
+      uint64_t bytes = row.bytes.load();
+      if (bytes && alive(pid)) visit(static_cast<unsigned>(pid), bytes);
+    }
+  }
+  munmap(p, sizeof(simgpu::ProcessMemoryTable));
+}
+
+unsigned long long used_bytes(const Device& d) {
+  unsigned long long used = 0;
+  for_each_process(d, [&](unsigned, uint64_t bytes) { used += bytes; });
+  return used;
+}
+
+// "GPU-" and the 16 bytes of libcuda's cuDeviceGetUuid ("simgpu-uuid-", zeros, the ordinal).
+void format_uuid(const Device& d, char* out, size_t length) {
+  unsigned char b[16] = {};
+  std::memcpy(b, "simgpu-uuid-", 12);
+  b[15] = static_cast<unsigned char>(d.index);
+  std::snprintf(out, length, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+constexpr unsigned kUuidLength = 41;  // "GPU-" + 36 + NUL (NVML_DEVICE_UUID_BUFFER_SIZE is 80)
+
+Memory memory_of(const Device& d) {
+  unsigned long long total = device_memory_bytes(), used = used_bytes(d);
+  if (used > total) used = total;
+  return Memory{total, total - used, used};
+}
+
+}  // namespace
+
+// Both versions compute with memory_of, never by calling each other: an interposer (tandem)
+// exports these names, and a call between them would reach it.
+NVML_API int nvmlDeviceGetMemoryInfo(void* device, Memory* memory) {
+  Device* d = as_device(device);
+  if (!d || !memory) return kInvalidArgument;
+  *memory = memory_of(*d);
+  return kSuccess;
+}
+
+// Nothing is reserved by a simulated driver: reserved is 0, used + free = total.
+NVML_API int nvmlDeviceGetMemoryInfo_v2(void* device, MemoryV2* memory) {
+  Device* d = as_device(device);
+  if (!d || !memory) return kInvalidArgument;
+  if (memory->version != kMemoryV2Version) return kArgumentVersionMismatch;
+  Memory m = memory_of(*d);
+  memory->total = m.total;
+  memory->reserved = 0;
+  memory->free = m.free;
+  memory->used = m.used;
+  return kSuccess;
+}
+
+NVML_API int nvmlDeviceGetUUID(void* device, char* uuid, unsigned length) {
+  Device* d = as_device(device);
+  if (!d || !uuid) return kInvalidArgument;
+  if (length < kUuidLength) return kInsufficientSize;
+  format_uuid(*d, uuid, length);
+  return kSuccess;
+}
+
+NVML_API int nvmlDeviceGetHandleByUUID(const char* uuid, void** device) {
+  if (!uuid || !device) return kInvalidArgument;
+  for (int i = 0; i < device_count(); ++i) {
+    char text[kUuidLength];
+    format_uuid(g_devices[i], text, sizeof text);
+    if (std::strcmp(text, uuid) == 0) {
+      *device = &g_devices[i];
+      return kSuccess;
+    }
+  }
+  return kNotFound;
+}
+
+// The processes that allocated device memory on the GPU through the simulated libcuda. As
+// NVML: with too small an array (or none), *count becomes the number needed and the answer
+// is INSUFFICIENT_SIZE; with no process, SUCCESS and *count = 0.
+NVML_API int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned* count, ProcessInfo* infos) {
+  Device* d = as_device(device);
+  if (!d || !count) return kInvalidArgument;
+  unsigned capacity = infos ? *count : 0, n = 0;
+  for_each_process(*d, [&](unsigned pid, uint64_t bytes) {
+    if (n < capacity) infos[n] = ProcessInfo{pid, bytes, kNoInstance, kNoInstance};
+    ++n;
+  });
+  *count = n;
+  return n > capacity ? kInsufficientSize : kSuccess;
+}
