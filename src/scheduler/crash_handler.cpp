@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 constexpr int kMaxFrames = 64;
+constexpr unsigned kReportSeconds = 5;
 
 // Static, not malloc'ed: the handler may run when the heap is what broke. libunwind's
 // unw_get_proc_name reads ELF symbol tables on this stack, hence its size.
@@ -85,7 +86,8 @@ void write_backtrace() {
     l.flush();
     return;
   }
-  for (int frame = 0; frame < kMaxFrames && unw_step(&cursor) > 0; ++frame) {
+  int frame = 0;
+  for (; frame < kMaxFrames && unw_step(&cursor) > 0; ++frame) {
     unw_word_t pc = 0, offset = 0;
     unw_get_reg(&cursor, UNW_REG_IP, &pc);
     char name[256];
@@ -105,9 +107,17 @@ void write_backtrace() {
     l.add("\n");
     l.flush();
   }
+  if (frame == kMaxFrames) {  // a deep recursion, typically: its innermost frames tell the story
+    Line l;
+    l.add("tandemd:   (outer frames not shown)\n");
+    l.flush();
+  }
 }
 
 void on_fatal_signal(int sig, siginfo_t* info, void*) {
+  // Bound the report: should the unwinder block (a lock the crash left held inside the dynamic
+  // loader, say), SIGALRM's default action ends the process instead of leaving it hung.
+  alarm(kReportSeconds);
   Line l;
   l.add("tandemd: fatal signal ");
   l.add(signal_name(sig));
@@ -144,6 +154,16 @@ void on_fatal_signal(int sig, siginfo_t* info, void*) {
 
 [[gnu::noinline]] void abort_for_test() { std::abort(); }
 
+// Unbounded recursion until the stack's guard page: the handler can only run on the alternate
+// stack. The array defeats tail-call elimination and makes each frame large.
+volatile int g_recursion_limit = 1 << 30;  // far beyond any stack; volatile: the compiler cannot know
+[[gnu::noinline]] int recurse_for_test(int depth) {
+  volatile char frame[1024];
+  frame[0] = static_cast<char>(depth);
+  if (depth >= g_recursion_limit) return frame[0];
+  return recurse_for_test(depth + 1) + frame[0];
+}
+
 }  // namespace
 
 void install_crash_handler() {
@@ -158,13 +178,17 @@ void install_crash_handler() {
   struct sigaction sa {};
   sa.sa_sigaction = on_fatal_signal;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  // All of them blocked while the handler runs: a fault inside it (an unwinder reading a
+  // smashed stack) then kills the process at once instead of re-entering the handler.
   sigemptyset(&sa.sa_mask);
+  for (int sig : kFatalSignals) sigaddset(&sa.sa_mask, sig);
   for (int sig : kFatalSignals) sigaction(sig, &sa, nullptr);
 }
 
-bool crash_for_test(const char* name) {
-  if (std::strcmp(name, "segv") == 0) write_through_null();
-  else if (std::strcmp(name, "abort") == 0) abort_for_test();
+bool crash_for_test(const char* how) {
+  if (std::strcmp(how, "segv") == 0) write_through_null();
+  else if (std::strcmp(how, "abort") == 0) abort_for_test();
+  else if (std::strcmp(how, "overflow") == 0) recurse_for_test(0);
   else return false;
   return true;  // not reached
 }

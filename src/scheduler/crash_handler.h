@@ -9,8 +9,9 @@ namespace tandem::scheduler {
 // early in main.
 void install_crash_handler();
 
-// A test aid (tandemd --crash-for-test): dies of `signal_name` (segv: a write through a null
-// pointer; abort: std::abort) from inside tandemd's own functions. Returns false for an unknown name.
-bool crash_for_test(const char* signal_name);
+// A test aid (tandemd --crash-for-test): dies from inside tandemd's own functions, as `how` says:
+// segv (a write through a null pointer), abort (std::abort), overflow (unbounded recursion: a
+// SIGSEGV on the stack's guard page). Returns false for an unknown name.
+bool crash_for_test(const char* how);
 
 }  // namespace tandem::scheduler

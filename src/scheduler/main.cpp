@@ -36,8 +36,8 @@ const char* kUsage =
     "  --socket-group GROUP  group of the socket (default: tandemd's group); its members may\n"
     "                        register as training and inference unless the config says otherwise\n"
     "  --socket-mode MODE    octal permissions of the socket (default 0660)\n"
-    "  --crash-for-test SIG  a test aid: once the socket is bound, die of SIG (segv or abort) to\n"
-    "                        show the backtrace a fatal signal writes (docs/scheduler.md)\n";
+    "  --crash-for-test HOW  a test aid: once the socket is bound, crash (segv, abort, or overflow:\n"
+    "                        the stack) to show the backtrace a fatal signal writes (docs/scheduler.md)\n";
 
 tandem::scheduler::Server* g_server = nullptr;
 void on_signal(int) {
@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
       if (!tandem::scheduler::parse_socket_mode(mode, options.socket_mode)) fail("--socket-mode: an octal mode like 0660");
     } else if (a == "--crash-for-test") {
       crash_signal = value();
-      if (crash_signal != "segv" && crash_signal != "abort") fail("--crash-for-test: segv or abort");
+      if (crash_signal != "segv" && crash_signal != "abort" && crash_signal != "overflow")
+        fail("--crash-for-test: segv, abort or overflow");
     } else if (a == "--help" || a == "-h") {
       std::printf("%s", kUsage);
       return 0;

@@ -3,6 +3,7 @@
 signal (docs/scheduler.md). Cases:
   segv   a write through a null pointer (tandemd --crash-for-test segv)
   abort  std::abort (tandemd --crash-for-test abort)
+  overflow  unbounded recursion: the report needs the alternate signal stack
 Each also checks that the socket left behind is replaced by the next tandemd."""
 import os
 import re
@@ -15,7 +16,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 from e2e_util import Env, check, wait_for  # noqa: E402
 
-SIGNALS = {"segv": signal.SIGSEGV, "abort": signal.SIGABRT}
+SIGNALS = {"segv": signal.SIGSEGV, "abort": signal.SIGABRT, "overflow": signal.SIGSEGV}
 
 
 def no_core_dump():
@@ -35,13 +36,17 @@ def main():
         print(err)
         check(d.returncode == -sig, f"tandemd died of {sig.name} (returncode {d.returncode})")
         check(f"fatal signal {sig.name} ({int(sig)})" in err, f"stderr names {sig.name}")
-        if sig == signal.SIGSEGV:
+        if case == "segv":
             check("at address 0x0," in err, "stderr gives the faulting address (null)")
         frames = re.findall(r"^tandemd:   #\d+ (\S+)\+0x[0-9a-f]+ pc 0x[0-9a-f]+$", err, re.M)
         own = [f for f in frames if "tandem" in f or f == "main"]
         check(len(own) >= 3, f"at least 3 symbolized frames are tandemd's own functions: {own}")
-        check(any("crash_for_test" in f for f in own) and "main" in own,
-              "the frames run from main to the function that crashed")
+        if case == "overflow":
+            check(len([f for f in own if "recurse_for_test" in f]) >= 3 and "outer frames not shown" in err,
+                  "the innermost frames are the recursion's; the outer ones are cut")
+        else:
+            check(any("crash_for_test" in f for f in own) and "main" in own,
+                  "the frames run from main to the function that crashed")
         check(os.path.exists(env.socket), "the socket stays behind (not removed from a signal handler)")
         again = env.daemon()  # returns at once: the path exists; status tells when it is the new one's
         check(wait_for(lambda: env.status() is not None), "the next tandemd replaces the stale socket and answers")
