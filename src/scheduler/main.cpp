@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "crash_handler.h"
 #include "daemon_config.h"
 #include "log.h"
 #include "server.h"
@@ -34,7 +35,9 @@ const char* kUsage =
     "  --socket-owner USER   owner of the socket (default: tandemd's user)\n"
     "  --socket-group GROUP  group of the socket (default: tandemd's group); its members may\n"
     "                        register as training and inference unless the config says otherwise\n"
-    "  --socket-mode MODE    octal permissions of the socket (default 0660)\n";
+    "  --socket-mode MODE    octal permissions of the socket (default 0660)\n"
+    "  --crash-for-test HOW  a test aid: once the socket is bound, crash (segv, abort, or overflow:\n"
+    "                        the stack) to show the backtrace a fatal signal writes (docs/scheduler.md)\n";
 
 tandem::scheduler::Server* g_server = nullptr;
 void on_signal(int) {
@@ -69,6 +72,7 @@ int level_of(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tandem::scheduler::install_crash_handler();
   tandem::load_settings(environ, [](const char* m) noexcept { std::fprintf(stderr, "tandemd: %s\n", m); });
   using tandem::SettingId;
   tandem::scheduler::DaemonConfig config;
@@ -90,6 +94,7 @@ int main(int argc, char** argv) {
   sp.slo.idle_ns = us(SettingId::TANDEM_SLO_IDLE_MS) * 1000;
   bool& foreground = config.foreground;
   std::string& log = config.log;
+  std::string crash_signal;  // --crash-for-test
   log = tandem::setting_was_set(tandem::SettingId::TANDEM_LOG) ? tandem::setting_text(tandem::SettingId::TANDEM_LOG)
                                                                 : "info";
   for (int i = 1; i < argc; ++i) {
@@ -119,6 +124,10 @@ int main(int argc, char** argv) {
     } else if (a == "--socket-mode") {
       std::string mode = value();
       if (!tandem::scheduler::parse_socket_mode(mode, options.socket_mode)) fail("--socket-mode: an octal mode like 0660");
+    } else if (a == "--crash-for-test") {
+      crash_signal = value();
+      if (crash_signal != "segv" && crash_signal != "abort" && crash_signal != "overflow")
+        fail("--crash-for-test: segv, abort or overflow");
     } else if (a == "--help" || a == "-h") {
       std::printf("%s", kUsage);
       return 0;
@@ -146,6 +155,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  if (!crash_signal.empty()) tandem::scheduler::crash_for_test(crash_signal.c_str());
   server.run();
   TANDEM_LOG_INFO("tandemd stopping");
   return 0;  // ~Server removes the socket

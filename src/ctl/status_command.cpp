@@ -1,0 +1,82 @@
+// tandemctl status: what the daemon sees (GPUs, bubbles, clients, tokens), as a table or its
+// status document.
+#include <cstdio>
+#include <string>
+
+#include "ctl_common.h"
+
+namespace tandem::ctl {
+namespace {
+
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", seconds);
+  return text;
+}
+
+// "docker 4f1c2a9d6e0b" (runtime and short id; the pod when Kubernetes names one), else the
+// cgroup path, as tandemd read it from /proc/<pid>/cgroup.
+std::string container_text(const nlohmann::json& client) {
+  if (!client.contains("container") || !client["container"].is_object()) return "-";
+  const auto& k = client["container"];
+  std::string runtime = k.value("runtime", std::string()), id = k.value("id", std::string());
+  std::string pod = k.value("pod", std::string()), cgroup = k.value("cgroup", std::string());
+  if (runtime.empty()) return cgroup.empty() ? "-" : "cgroup " + cgroup;
+  return runtime + " " + id.substr(0, 12) + (pod.empty() ? "" : " pod " + pod);
+}
+
+}  // namespace
+
+int status_command(const std::string& socket_path, bool json) {
+  if (json) {  // the daemon's document as it sent it (docs/scheduler.md)
+    std::printf("%s\n", ask(socket_path, MessageType::status_request, "{}", MessageType::status_reply).c_str());
+    return 0;
+  }
+  nlohmann::json j = ask_status(socket_path);
+  const auto& d = j["daemon"];
+  std::printf("tandemd %s  pid %d  policy %s  socket %s  up %.1f s\n", d["version"].get<std::string>().c_str(),
+              d["pid"].get<int>(), d["policy"].get<std::string>().c_str(), d["socket"].get<std::string>().c_str(),
+              d["uptime_s"].get<double>());
+  if (d.contains("holds") && d["holds"].is_object()) {  // what clients made it hold (docs/scheduler.md)
+    const auto& h = d["holds"];
+    std::printf("holds %llu connections, %llu GPU states, %llu pool chunks, %llu passed fds, %llu processes' "
+                "orphaned chunks, %.1f KiB of unread replies\n",
+                h.value("clients", 0ull), h.value("gpus", 0ull), h.value("pool_chunks", 0ull),
+                h.value("passed_fds", 0ull), h.value("orphan_processes", 0ull), h.value("reply_bytes", 0.0) / 1024);
+  }
+  std::printf("%-8s %-6s %-6s %-16s %-10s %-12s %s\n", "PID", "UID", "GID", "ROLE", "CONNECTED", "TRUST", "CONTAINER");
+  for (const auto& c : j["clients"])
+    std::printf("%-8d %-6d %-6d %-16s %-10s %-12s %s\n", c["pid"].get<int>(), c["uid"].get<int>(), c.value("gid", -1),
+                c["role"].get<std::string>().c_str(), (seconds_text(c["connected_s"].get<double>())).c_str(),
+                c.value("trust_domain", std::string("-")).c_str(), container_text(c).c_str());
+  if (j["clients"].empty()) std::printf("(no clients)\n");
+  for (const auto& g : j["gpus"]) {
+    std::printf("\nGPU %s: %s, fill %s, %llu bubbles (mean %.2f ms, longest %.2f ms; busy mean %.2f ms)\n",
+                g["uuid"].get<std::string>().c_str(), g["phase"].get<std::string>().c_str(),
+                g["fill_phase"].get<std::string>().c_str(), g["bubbles"].get<unsigned long long>(),
+                g["mean_bubble_ms"].get<double>(), g["longest_bubble_ms"].get<double>(), g["mean_busy_ms"].get<double>());
+    std::printf("  %-5s %-8s %-7s %10s %8s %12s %12s %10s %12s\n", "SLOT", "PID", "GATE", "LAUNCHES", "NCCL",
+                "TOKENS(us)", "GRANTED(ms)", "WAITS", "WAITED(ms)");
+    for (const auto& s : g["slots"])
+      std::printf("  %-5d %-8d %-7s %10llu %8llu %12.1f %12.1f %10llu %12.1f\n", s["slot"].get<int>(), s["pid"].get<int>(),
+                  s["gate"].get<std::string>().c_str(), s["launches"].get<unsigned long long>(),
+                  s["nccl_launches"].get<unsigned long long>(), static_cast<double>(s["tokens_ns"].get<long long>()) / 1e3,
+                  static_cast<double>(s["granted_ns"].get<unsigned long long>()) / 1e6,
+                  s["gate_waits"].get<unsigned long long>(), s["gate_wait_ms"].get<double>());
+    if (g.contains("slo") && g["slo"].is_object()) {
+      const auto& slo = g["slo"];
+      std::printf("  slo: online inference %s, training duty cycle %.2f (in flight <= %.2f ms), gain estimate %.2f%s\n",
+                  slo["active"].get<bool>() ? "active" : "idle", slo["duty"].get<double>(),
+                  slo["inflight_bound_ms"].get<double>(), slo["gain_estimate"].get<double>(),
+                  slo["saturated"].get<bool>() ? ", SATURATED: the target cannot be held by holding training back" : "");
+      for (const auto& s : g["slots"])
+        if (s["latency_samples"].get<unsigned>() > 0)
+          std::printf("  pid %d: latency %.2f ms over %u requests this period, target %.2f ms, %u open\n",
+                      s["pid"].get<int>(), s["latency_ms"].get<double>(), s["latency_samples"].get<unsigned>(),
+                      s["slo_ms"].get<double>(), s["requests_open"].get<unsigned>());
+    }
+  }
+  return 0;
+}
+
+}  // namespace tandem::ctl

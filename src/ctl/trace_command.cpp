@@ -1,0 +1,56 @@
+// tandemctl trace: N seconds of scheduling as a Chrome/Perfetto trace file.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include "ctl_common.h"
+
+namespace tandem::ctl {
+namespace {
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+int trace_command(const std::string& socket_path, double seconds, const std::string& out, bool json) {
+  if (seconds <= 0 || out.empty()) usage_error("trace needs --seconds N (> 0) and --out FILE");
+  // The daemon's clock is this machine's CLOCK_MONOTONIC: mark now, wait, fetch what came since.
+  ask(socket_path, MessageType::status_request, "{}", MessageType::status_reply);
+  uint64_t since = monotonic_ns();
+  timespec wait{static_cast<time_t>(seconds), static_cast<long>((seconds - static_cast<double>(static_cast<time_t>(seconds))) * 1e9)};
+  nanosleep(&wait, nullptr);
+  std::string reply = ask(socket_path, MessageType::trace_request,
+                          nlohmann::json{{"since_ns", since}}.dump(), MessageType::trace_reply);
+  nlohmann::json j = nlohmann::json::parse(reply, nullptr, false);
+  if (j.is_discarded()) {
+    std::fprintf(stderr, "tandemctl: malformed trace reply\n");
+    return 1;
+  }
+  nlohmann::json events = nlohmann::json::array();
+  nlohmann::json per_gpu = nlohmann::json::object();
+  for (auto& [uuid, t] : j["gpus"].items()) {
+    per_gpu[uuid] = t["traceEvents"].size();
+    for (auto& e : t["traceEvents"]) events.push_back(e);
+  }
+  FILE* f = std::fopen(out.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "tandemctl: cannot write %s: %s\n", out.c_str(), std::strerror(errno));
+    return 1;
+  }
+  std::string text = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  if (json)
+    print_json({{"out", out}, {"seconds", seconds}, {"since_ns", since}, {"events", events.size()}, {"gpus", per_gpu}});
+  else
+    std::printf("tandemctl: %zu events in %s (open it in ui.perfetto.dev)\n", events.size(), out.c_str());
+  return 0;
+}
+
+}  // namespace tandem::ctl

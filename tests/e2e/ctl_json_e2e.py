@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""`tandemctl <command> --json` against a running tandemd: one JSON document on stdout, with the
+information of the text output (docs/scheduler.md). One case per command:
+  status    the daemon's status document: this test's registered client is in it
+  mem       each process's memory: the registered client's row, quota_source none
+  mem-set   the quota it set (assigned_quota_bytes), seen by `mem --json`; a refusal: stderr only
+  trace     what it wrote: the file, its event count, events per GPU
+  settings  every setting of the text output, with default, accepted and description
+  version   the version of the text output
+The registered client is this script itself (a raw hello over the socket, as a batch-inference
+process on a made-up GPU)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from e2e_util import Env, check  # noqa: E402
+from hostile_daemon_e2e import HELLO_OK, connect, gpu_uuid, hello, stop  # noqa: E402
+
+GPU = gpu_uuid(0xc71)
+
+
+def ctl(env, *args, ok=True):
+    p = subprocess.run([os.path.join(env.build, "bin", "tandemctl"), *args, "--socket", env.socket],
+                       capture_output=True, text=True, timeout=30)
+    if ok and p.returncode != 0:
+        raise SystemExit(f"FAIL: tandemctl {' '.join(args)} exited with {p.returncode}: {p.stderr}")
+    return p
+
+
+def ctl_json(env, *args):
+    """The one JSON document tandemctl printed (one line, nothing else on stdout)."""
+    out = ctl(env, *args, "--json").stdout
+    check(out.endswith("\n") and out.count("\n") == 1, f"tandemctl {' '.join(args)} --json prints one line")
+    return json.loads(out)
+
+
+def case_status(env):
+    doc = ctl_json(env, "status")
+    check(any(c["pid"] == os.getpid() and c["role"] == "batch-inference" for c in doc["clients"]),
+          "status --json lists the registered client with its role")
+    check(any(g["uuid"] == GPU for g in doc["gpus"]), "and its GPU")
+    check(doc["daemon"]["socket"] == env.socket, "and the daemon's socket")
+
+
+def case_mem(env):
+    doc = ctl_json(env, "mem")
+    rows = [r for r in doc["processes"] if r["pid"] == os.getpid()]
+    check(len(rows) == 1 and rows[0]["gpu"] == GPU, f"mem --json has the client's row on its GPU: {rows}")
+    check(rows[0]["quota_source"] == "none" and rows[0]["quota_bytes"] == 0, "with no quota")
+    check(isinstance(doc["pools"], list), "and the list of pools")
+
+
+def case_mem_set(env):
+    doc = ctl_json(env, "mem", "--set", str(os.getpid()), "3M")
+    check(doc == {"pid": os.getpid(), "gpu": GPU, "assigned_quota_bytes": 3 << 20},
+          f"mem --set --json gives the quota tandemd assigned: {doc}")
+    row = next(r for r in ctl_json(env, "mem")["processes"] if r["pid"] == os.getpid())
+    check(row["quota_source"] == "tandemd", f"mem --json then shows the quota from tandemd: {row}")
+    doc = ctl_json(env, "mem", "--set", str(os.getpid()), "none")
+    check(doc["assigned_quota_bytes"] == 0, f"mem --set none --json: cleared ({doc})")
+    refused = ctl(env, "mem", "--set", "999999999", "1G", "--json", ok=False)
+    check(refused.returncode == 1 and refused.stdout == "" and "not a registered client" in refused.stderr,
+          "a refusal with --json: status 1, nothing on stdout, the reason on stderr")
+
+
+def case_trace(env):
+    path = os.path.join(env.tmp, "trace.json")
+    trace = subprocess.Popen([os.path.join(env.build, "bin", "tandemctl"), "trace", "--seconds", "1.5", "--out", path,
+                              "--json", "--socket", env.socket], stdout=subprocess.PIPE, text=True)
+    # Something to record: a training process comes (the GPU turns busy) and goes.
+    time.sleep(0.5)
+    training = connect(env.socket)
+    check(hello(training, "training", GPU)[0] == HELLO_OK, "a training client registered during the trace")
+    time.sleep(0.4)
+    training.close()
+    out, _ = trace.communicate(timeout=30)
+    check(trace.returncode == 0 and out.count("\n") == 1, f"trace --json prints one line: {out!r}")
+    doc = json.loads(out)
+    with open(path) as f:
+        written = json.load(f)
+    check(doc["out"] == path and doc["seconds"] == 1.5, f"trace --json names the file and the span: {doc}")
+    check(doc["events"] == len(written["traceEvents"]) and doc["events"] >= 1, "its event count is the file's")
+    check(GPU in doc["gpus"] and sum(doc["gpus"].values()) == doc["events"], "events per GPU add up to it")
+
+
+def case_settings(env):
+    doc = ctl_json(env, "settings")
+    text = ctl(env, "settings").stdout
+    names = [l.split()[0] for l in text.splitlines() if l.startswith("TANDEM_")]
+    check([s["name"] for s in doc["settings"]] == names and names, "settings --json has every setting, in order")
+    log = next(s for s in doc["settings"] if s["name"] == "TANDEM_SOCKET")
+    check(all(log[k] is not None for k in ("default", "accepted", "description")) and log["description"] in text,
+          "each with default, accepted values and description")
+    both = ctl(env, "settings", "--json", "--markdown", ok=False)
+    check(both.returncode == 2 and both.stdout == "", "--json with --markdown is a usage error")
+
+
+def case_version(env):
+    doc = ctl_json(env, "version")
+    check(ctl(env, "version").stdout.strip() == f"tandemctl {doc['version']}", f"version --json: {doc}")
+
+
+CASES = {"status": case_status, "mem": case_mem, "mem-set": case_mem_set, "trace": case_trace,
+         "settings": case_settings, "version": case_version}
+
+
+def main():
+    build, case = sys.argv[1], sys.argv[2]
+    env = Env(build)
+    d = env.daemon()
+    try:
+        client = connect(env.socket)
+        check(hello(client, "batch-inference", GPU)[0] == HELLO_OK, "a client registered")
+        CASES[case](env)
+        client.close()
+    finally:
+        stop(d)
+        shutil.rmtree(env.tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
