@@ -12,6 +12,14 @@ def last_json(text):
     return json.loads(lines[-1])
 
 
+def preload(build):
+    """LD_PRELOAD for libtandem.so. A sanitizer build's runtime must come first in a process
+    (scripts/sanitize.sh names it in TANDEM_TEST_PRELOAD_FIRST; docs/sanitizers.md)."""
+    lib = os.path.join(build, "lib", "libtandem.so")
+    first = os.environ.get("TANDEM_TEST_PRELOAD_FIRST")
+    return f"{first}:{lib}" if first else lib
+
+
 class Env:
     def __init__(self, build):
         self.build = build
@@ -24,7 +32,7 @@ class Env:
         """An example; with a role, under libtandem.so. Keyword arguments are TANDEM_* settings."""
         env = dict(self.base, **settings)
         if role:
-            env.update(LD_PRELOAD=os.path.join(self.build, "lib", "libtandem.so"), TANDEM_ROLE=role,
+            env.update(LD_PRELOAD=preload(self.build), TANDEM_ROLE=role,
                        TANDEM_STATS_FILE=os.path.join(self.tmp, "stats-%p.json"))
         return subprocess.Popen([os.path.join(self.build, "bin", exe), *args], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
