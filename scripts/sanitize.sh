@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The unit tests and the end-to-end tests that are not timing ratios (daemon smoke, memory
 # quota, memory pool) built with ASan + UBSan (gcc) in build-asan/ and run with halt_on_error:
-# tandemd, tandemctl, the unit tests, the fixtures and the simulated driver are sanitized
-# programs, and the sanitized libtandem.so is preloaded into the fixtures, which carry ASan's
-# runtime (docs/sanitizers.md says what can be run sanitized and how). Extra arguments go to ctest.
+# tandemd, tandemctl, the unit tests, the fixtures and the simulated driver are sanitized.
+# The fixtures preload the normal build's libtandem.so behind ASan's runtime (a sanitized
+# libtandem.so crashes there; docs/sanitizers.md), so run scripts/setup.sh first (test.sh
+# does). Extra arguments go to both ctest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache, where there is one, makes a rebuild after a small change take seconds.
@@ -15,12 +16,15 @@ export PATH="$cuda_home/bin:$PATH"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCUDA_HOME="$cuda_home" \
   -DTANDEM_SANITIZE=address,undefined -DTANDEM_WERROR=ON $launcher >/dev/null
 # Only what the selected tests run: the whole tree sanitized would cost the build minutes.
-cmake --build build-asan -j"$(nproc)" --target tandem_unit_tests tandemd tandemctl tandem simgpu \
+cmake --build build-asan -j"$(nproc)" --target tandem_unit_tests tandemd tandemctl simgpu \
   fixture_mem_quota fixture_pool_probe
-export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1}
-# The e2e tests preload libtandem.so; ASan's runtime must be the first library of a process.
-TANDEM_TEST_PRELOAD_FIRST=$(gcc -print-file-name=libasan.so)
-export TANDEM_TEST_PRELOAD_FIRST
+libtandem=$PWD/build/lib/libtandem.so
+[ -f "$libtandem" ] || { echo "sanitize: $libtandem is missing: run scripts/setup.sh first" >&2; exit 1; }
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-ctest --test-dir build-asan --output-on-failure -j2 \
-  -R '^(unit|e2e_daemon_smoke|e2e_mem_(quota|pressure)|e2e_pool_(self|pollution|crash|restart))$' "$@"
+ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1} ctest --test-dir build-asan --output-on-failure -R '^unit$' "$@"
+# ASan's runtime must be the first library of a process that preloads libtandem.so. Leaks are
+# not checked here: the test programs keep their modules to exit (the fuzzer checks tandemd's).
+TANDEM_TEST_PRELOAD="$(gcc -print-file-name=libasan.so):$libtandem"
+export TANDEM_TEST_PRELOAD
+ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=0} ctest --test-dir build-asan --output-on-failure -j2 \
+  -R '^(e2e_daemon_smoke|e2e_mem_(quota|pressure)|e2e_pool_(self|pollution|crash|restart))$' "$@"

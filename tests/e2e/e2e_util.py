@@ -13,11 +13,9 @@ def last_json(text):
 
 
 def preload(build):
-    """LD_PRELOAD for libtandem.so. A sanitizer build's runtime must come first in a process
-    (scripts/sanitize.sh names it in TANDEM_TEST_PRELOAD_FIRST; docs/sanitizers.md)."""
-    lib = os.path.join(build, "lib", "libtandem.so")
-    first = os.environ.get("TANDEM_TEST_PRELOAD_FIRST")
-    return f"{first}:{lib}" if first else lib
+    """LD_PRELOAD for libtandem.so. TANDEM_TEST_PRELOAD replaces it: scripts/sanitize.sh puts
+    ASan's runtime first, then the normal build's library (docs/sanitizers.md)."""
+    return os.environ.get("TANDEM_TEST_PRELOAD") or os.path.join(build, "lib", "libtandem.so")
 
 
 class Env:
