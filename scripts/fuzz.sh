@@ -7,9 +7,12 @@
 # libclang-rt-dev (scripts/test.sh has setup install them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache, where there is one, makes a rebuild after a small change take seconds.
+launcher=$(command -v ccache >/dev/null && echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" || true)
 seconds=${TANDEM_FUZZ_SECONDS:-60}
+# shellcheck disable=SC2086  # $launcher: zero or two arguments
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DTANDEM_FUZZ=ON -DTANDEM_WERROR=ON \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo $launcher >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_daemon
 mkdir -p build-fuzz/corpus  # what this machine's runs found, kept between runs
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}

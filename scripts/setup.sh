@@ -2,10 +2,11 @@
 # Installs what tandem needs to build (Debian packages; the CUDA toolkit must be present),
 # then configures and builds into build/. Idempotent; fast when nothing changed.
 # Extra CMake arguments: TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON" scripts/setup.sh
+# Extra Debian packages (the test command's clang for the fuzzer): TANDEM_EXTRA_PACKAGES="clang"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="build-essential cmake catch2 libfmt-dev nlohmann-json3-dev libunwind-dev python3 python3-pip python3-matplotlib valgrind passwd"
+packages="build-essential cmake catch2 libfmt-dev nlohmann-json3-dev libunwind-dev python3 python3-pip python3-matplotlib valgrind passwd ${TANDEM_EXTRA_PACKAGES:-}"
 missing=""
 for p in $packages; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

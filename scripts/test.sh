@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# The test command: sets up, builds with warnings as errors, runs every test with ctest.
-# Extra arguments go to ctest (e.g. scripts/test.sh -L fixture).
+# The test command: sets up, builds with warnings as errors, runs every test with ctest, then
+# the unit and non-timing end-to-end tests under ASan + UBSan (scripts/sanitize.sh) and the
+# protocol fuzzer for a bounded time (scripts/fuzz.sh).
+# Extra arguments go to ctest (e.g. scripts/test.sh -L fixture); a run given them, or
+# TANDEM_TEST_SANITIZERS=0, runs only that ctest selection.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON ${TANDEM_CMAKE_ARGS:-}" scripts/setup.sh
+TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON ${TANDEM_CMAKE_ARGS:-}" TANDEM_EXTRA_PACKAGES="clang libclang-rt-dev" \
+  scripts/setup.sh
 # PyTorch for the e2e_torch_* tests (.venv/; fast when already there). If it cannot be created
 # those tests are skipped and say why; everything else still runs.
 scripts/setup-venv.sh || echo "test: the PyTorch venv could not be created; the PyTorch tests will be skipped" >&2
 ctest --test-dir build --output-on-failure -j2 "$@"
+if [ $# -eq 0 ] && [ "${TANDEM_TEST_SANITIZERS:-1}" != 0 ]; then
+  scripts/sanitize.sh
+  scripts/fuzz.sh
+fi

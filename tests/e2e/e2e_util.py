@@ -12,6 +12,12 @@ def last_json(text):
     return json.loads(lines[-1])
 
 
+def preload(build):
+    """LD_PRELOAD for libtandem.so. TANDEM_TEST_PRELOAD replaces it: scripts/sanitize.sh puts
+    ASan's runtime first, then the normal build's library (docs/sanitizers.md)."""
+    return os.environ.get("TANDEM_TEST_PRELOAD") or os.path.join(build, "lib", "libtandem.so")
+
+
 class Env:
     def __init__(self, build):
         self.build = build
@@ -24,7 +30,7 @@ class Env:
         """An example; with a role, under libtandem.so. Keyword arguments are TANDEM_* settings."""
         env = dict(self.base, **settings)
         if role:
-            env.update(LD_PRELOAD=os.path.join(self.build, "lib", "libtandem.so"), TANDEM_ROLE=role,
+            env.update(LD_PRELOAD=preload(self.build), TANDEM_ROLE=role,
                        TANDEM_STATS_FILE=os.path.join(self.tmp, "stats-%p.json"))
         return subprocess.Popen([os.path.join(self.build, "bin", exe), *args], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

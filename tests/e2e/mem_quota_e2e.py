@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fill_e2e import Env, check  # noqa: E402
-from e2e_util import wait_for  # noqa: E402
+from e2e_util import preload, wait_for  # noqa: E402
 
 
 def ctl(env, *args):
@@ -33,7 +33,7 @@ def mem_row(env, pid):
 
 
 def start_fixture(env, image, mode, mib):
-    run_env = dict(env.base, LD_PRELOAD=os.path.join(env.build, "lib", "libtandem.so"), TANDEM_ROLE="training",
+    run_env = dict(env.base, LD_PRELOAD=preload(env.build), TANDEM_ROLE="training",
                    TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-%p.json"))
     if mode == "python":
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, wait_for  # noqa: E402
+from e2e_util import Env, check, preload, wait_for  # noqa: E402
 
 CHUNK = "4M"
 
@@ -31,7 +31,7 @@ CHUNK = "4M"
 def probe(env, image, mode, mib, role=None, **settings):
     exe = os.path.join(env.build, "tests", "fixtures", "fixture_pool_probe")
     run_env = dict(env.base, TANDEM_MEM_POOL="1", TANDEM_MEM_CHUNK=CHUNK,
-                   LD_PRELOAD=os.path.join(env.build, "lib", "libtandem.so"),
+                   LD_PRELOAD=preload(env.build),
                    TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-%p.json"))
     run_env.update(settings)
     if role:
