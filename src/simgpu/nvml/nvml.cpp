@@ -14,6 +14,8 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <cuda.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -334,3 +336,33 @@ NVML_API int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned* cou
   *count = n;
   return n > capacity ? kInsufficientSize : kSuccess;
 }
+
+// What PyTorch's driver wrapper (c10/cuda/driver_api) resolves when NVML is present: every
+// name must exist, or torch.cuda initialisation fails. A PCIe machine has no NVLink peers.
+NVML_API int nvmlDeviceGetNvLinkRemoteDeviceType(void*, unsigned, int*) { return kNotSupported; }
+
+// The older process list: {pid, usedGpuMemory} per process (NVML's nvmlProcessInfo_v1_t).
+struct ProcessInfoV1 {
+  unsigned pid;
+  unsigned long long used_gpu_memory;
+};
+static_assert(sizeof(ProcessInfoV1) == 16, "nvmlProcessInfo_v1_t");
+NVML_API int nvmlDeviceGetComputeRunningProcesses(void* device, unsigned* count, ProcessInfoV1* infos) {
+  Device* d = as_device(device);
+  if (!d || !count) return kInvalidArgument;
+  unsigned capacity = infos ? *count : 0, n = 0;
+  for_each_process(*d, [&](unsigned pid, uint64_t bytes) {
+    if (n < capacity) infos[n] = ProcessInfoV1{pid, bytes};
+    ++n;
+  });
+  *count = n;
+  return n > capacity ? kInsufficientSize : kSuccess;
+}
+
+// The CUDA version the driver supports, as cuDriverGetVersion reports it (e.g. 13000).
+NVML_API int nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  if (!version) return kInvalidArgument;
+  *version = CUDA_VERSION;  // the toolkit the simulated driver is built with, as its cuDriverGetVersion
+  return kSuccess;
+}
+NVML_API int nvmlSystemGetCudaDriverVersion(int* version) { return nvmlSystemGetCudaDriverVersion_v2(version); }
