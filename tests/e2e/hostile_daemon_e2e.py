@@ -133,7 +133,8 @@ def case_release_race(env):
     # Under valgrind (when installed) a read of freed memory is seen even where it does not crash.
     valgrind = shutil.which("valgrind") if os.environ.get("TANDEM_TEST_VALGRIND", "1") != "0" else None
     log = os.path.join(env.tmp, "valgrind.log")
-    prefix = [valgrind, "--quiet", f"--log-file={log}", "--error-exitcode=99"] if valgrind else []
+    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "valgrind.supp")
+    prefix = [valgrind, "--quiet", f"--log-file={log}", f"--suppressions={supp}", "--error-exitcode=99"] if valgrind else []
     d = subprocess.Popen(prefix + [os.path.join(env.build, "bin", "tandemd"), "--foreground", "--socket", env.socket,
                                    "--log", "warn"], env=dict(env.base, **settings), stderr=subprocess.PIPE, text=True)
     try:
