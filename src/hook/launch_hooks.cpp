@@ -21,25 +21,23 @@ struct Dims {
 
 std::atomic<uint64_t> g_last_cost_ns{0};  // for graphs, whose nodes' sizes are not at hand
 
+// The gate is shut (tokens), so the daemon bounds this process's in-flight work.
+inline bool gate_shut() noexcept {
+  const tandem_slot* slot = current_slot();
+  return slot && __atomic_load_n(&slot->gate, __ATOMIC_RELAXED) != TANDEM_GATE_OPEN;
+}
+
 // True when this launch must take tokens: always for batch inference; for training only
 // while the daemon gates it (policy slo). Never an NCCL kernel: holding back one rank's
 // collective would stall its peers.
 inline bool gated_launch(KernelKind kind) noexcept {
   if (g_role == TANDEM_ROLE_BATCH_INFERENCE) return true;
-  if (g_role != TANDEM_ROLE_TRAINING || kind == KernelKind::nccl) return false;
-  const tandem_slot* slot = current_slot();
-  return slot && __atomic_load_n(&slot->gate, __ATOMIC_RELAXED) != TANDEM_GATE_OPEN;
+  return g_role == TANDEM_ROLE_TRAINING && kind != KernelKind::nccl && gate_shut();
 }
 
 inline bool bounded_inflight() noexcept {
   const tandem_slot* slot = current_slot();
   return slot && __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_RELAXED) != 0;
-}
-
-// The gate is shut (tokens), so the daemon bounds this process's in-flight work.
-inline bool gate_shut() noexcept {
-  const tandem_slot* slot = current_slot();
-  return slot && __atomic_load_n(&slot->gate, __ATOMIC_RELAXED) != TANDEM_GATE_OPEN;
 }
 
 // A process with a role tells the daemon what it launches; a gated one first takes tokens

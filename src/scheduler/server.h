@@ -68,6 +68,8 @@ class Server {
  private:
   // The loop (server_loop.cpp).
   void accept_clients();
+  // Registers a connection whose peer the kernel named (takes `peer`'s pidfd).
+  Client& admit(int fd, PeerIdentity&& peer);
   // accept() failed with EMFILE/ENFILE: shed the pending connection with the reserve fd.
   void shed_connection(uint64_t now_ns);
   // One client's turn: writes queued replies, reads (bounded), handles up to a few messages.

@@ -203,14 +203,19 @@ void Server::accept_clients() {
       continue;
     }
     cap_refusal_logged_ = false;
-    Client& c = registry_.add(fd, peer.pid, peer.uid, monotonic_ns());
-    c.pidfd = peer.pidfd;  // the Client owns it from here
-    peer.pidfd = -1;
-    c.trust_domain = options_.access.trust_domain(peer);
-    c.peer = std::move(peer);
+    Client& c = admit(fd, std::move(peer));
     TANDEM_LOG_DEBUG("client connected: pid {} uid {} gid {} cgroup {}", c.pid, c.uid, c.peer.gid,
                      c.peer.container.cgroup);
   }
+}
+
+Client& Server::admit(int fd, PeerIdentity&& peer) {
+  Client& c = registry_.add(fd, peer.pid, peer.uid, monotonic_ns());
+  c.pidfd = peer.pidfd;  // the Client owns it from here
+  peer.pidfd = -1;
+  c.trust_domain = options_.access.trust_domain(peer);
+  c.peer = std::move(peer);
+  return c;
 }
 
 void Server::shed_connection(uint64_t now_ns) {

@@ -33,11 +33,7 @@ bool Server::adopt_client_for_test(int fd) {
   PeerIdentity peer;
   std::string error;
   if (!read_peer_identity(fd, peer, error)) return false;
-  Client& c = registry_.add(fd, peer.pid, peer.uid, monotonic_ns());
-  c.pidfd = peer.pidfd;
-  peer.pidfd = -1;
-  c.trust_domain = options_.access.trust_domain(peer);
-  c.peer = std::move(peer);
+  admit(fd, std::move(peer));
   return true;
 }
 

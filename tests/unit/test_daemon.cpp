@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "protocol.h"
+#include "running_server.h"
 #include "server.h"
 
 using namespace tandem;
@@ -37,33 +38,17 @@ nlohmann::json ask(int fd, MessageType type, const std::string& payload, uint32_
   return nlohmann::json::parse(reply);
 }
 
-scheduler::ServerOptions options_with(const std::string& path, const scheduler::DaemonLimits& limits) {
+scheduler::ServerOptions options_with(const std::string& path, const scheduler::DaemonLimits& limits = {}) {
   scheduler::ServerOptions o{path, "fill"};
   o.limits = limits;
   return o;
 }
 
-struct RunningServer {
-  std::string path;
-  scheduler::Server server;
-  std::thread thread;
-  explicit RunningServer(const std::string& p, const scheduler::DaemonLimits& limits = {})
-      : path(p), server(options_with(p, limits)) {
-    std::string error;
-    REQUIRE(server.open(error));
-    thread = std::thread([this] { server.run(); });
-  }
-  ~RunningServer() {
-    server.stop();
-    thread.join();
-  }
-};
-
 }  // namespace
 
 TEST_CASE("daemon: hello identifies by SO_PEERCRED, errors keep the connection, status lists clients") {
   std::string path = "/tmp/tandem-unit-" + std::to_string(getpid()) + ".sock";
-  RunningServer rs(path);
+  test::RunningServer rs(options_with(path));
   int a = connect_to(path);
   uint32_t type = 0;
   // The hello's pid is the client's own view (another in a container's PID namespace): it is
@@ -125,7 +110,7 @@ TEST_CASE("daemon: hello identifies by SO_PEERCRED, errors keep the connection, 
 
 TEST_CASE("daemon: a second server on a live socket is refused") {
   std::string path = "/tmp/tandem-unit2-" + std::to_string(getpid()) + ".sock";
-  RunningServer rs(path);
+  test::RunningServer rs(options_with(path));
   scheduler::Server second(scheduler::ServerOptions{path, "fill"});
   std::string error;
   CHECK_FALSE(second.open(error));
@@ -134,7 +119,7 @@ TEST_CASE("daemon: a second server on a live socket is refused") {
 
 TEST_CASE("daemon: a slow client is waited for without stalling the others, then dropped") {
   std::string path = "/tmp/tandem-unit3-" + std::to_string(getpid()) + ".sock";
-  RunningServer rs(path);
+  test::RunningServer rs(options_with(path));
   int a = connect_to(path), slow = connect_to(path);
   // Three bytes of a status request's header, then nothing for a while.
   MessageHeader request{static_cast<uint32_t>(MessageType::status_request), 2};
@@ -163,7 +148,7 @@ TEST_CASE("daemon: a slow client is waited for without stalling the others, then
 
 TEST_CASE("daemon: a client that never reads its replies does not block the daemon") {
   std::string path = "/tmp/tandem-unit4-" + std::to_string(getpid()) + ".sock";
-  RunningServer rs(path);
+  test::RunningServer rs(options_with(path));
   int deaf = connect_to(path), a = connect_to(path);
   // Thousands of status requests whose replies (about a kilobyte each) far exceed what the
   // socket buffers; the daemon queues them instead of waiting for the socket.
@@ -179,7 +164,7 @@ TEST_CASE("daemon: a client that never reads its replies does not block the daem
 
 TEST_CASE("daemon: a refused hello can be corrected on the same connection") {
   std::string path = "/tmp/tandem-unit5-" + std::to_string(getpid()) + ".sock";
-  RunningServer rs(path);
+  test::RunningServer rs(options_with(path));
   int a = connect_to(path);
   uint32_t type = 0;
   auto bad = ask(a, MessageType::hello, nlohmann::json{{"pid", getpid()}, {"role", "training"}, {"gpu", "xyz"}}.dump(),
@@ -235,7 +220,7 @@ TEST_CASE("daemon: connections past the caps are refused with EUSERS (per uid: n
   scheduler::DaemonLimits limits;
   limits.connections = 4;
   limits.connections_per_uid = 2;
-  RunningServer rs(path, limits);
+  test::RunningServer rs(options_with(path, limits));
   REQUIRE(chmod(path.c_str(), 0666) == 0);
   // Another user: two connections, then refused.
   pid_t child = fork();
@@ -282,7 +267,7 @@ TEST_CASE("daemon: pool chunks past the caps are refused and their descriptors c
   scheduler::DaemonLimits limits;
   limits.chunks_per_client = 3;
   limits.pool_chunks = 4;
-  RunningServer rs(path, limits);
+  test::RunningServer rs(options_with(path, limits));
   auto registered = [&](int fd) {
     int chunk = open("/dev/null", O_RDONLY | O_CLOEXEC);
     int before = open_count();
@@ -310,7 +295,7 @@ TEST_CASE("daemon: GPU state is freed with its last client; made-up GPUs past th
   std::string path = "/tmp/tandem-unit8-" + std::to_string(getpid()) + ".sock";
   scheduler::DaemonLimits limits;
   limits.gpus = 2;
-  RunningServer rs(path, limits);
+  test::RunningServer rs(options_with(path, limits));
   auto hello_on = [&](int fd, int gpu) {
     uint32_t type = 0;
     auto reply = ask(fd, MessageType::hello,

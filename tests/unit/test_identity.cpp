@@ -18,6 +18,7 @@
 #include "memory_pool.h"
 #include "peer_identity.h"
 #include "protocol.h"
+#include "running_server.h"
 #include "server.h"
 
 using namespace tandem;
@@ -53,20 +54,6 @@ nlohmann::json ask(int fd, MessageType type, const std::string& payload, uint32_
   *reply_type = h.type;
   return nlohmann::json::parse(reply);
 }
-
-struct RunningServer {
-  Server server;
-  std::thread thread;
-  explicit RunningServer(ServerOptions options) : server(std::move(options)) {
-    std::string error;
-    REQUIRE(server.open(error));
-    thread = std::thread([this] { server.run(); });
-  }
-  ~RunningServer() {
-    server.stop();
-    thread.join();
-  }
-};
 
 }  // namespace
 
@@ -206,7 +193,7 @@ TEST_CASE("identity: tandemd refuses a role its configuration does not grant, an
   options.access.roles["training"] = Principals{};  // nobody
   options.access.max_slots[getuid()] = 1;
   options.socket_mode = 0600;
-  RunningServer rs(options);
+  test::RunningServer rs(options);
   struct stat st {};
   REQUIRE(stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
@@ -247,7 +234,7 @@ TEST_CASE("identity: the socket's owner is set; a client not trusted with a prot
   ServerOptions options{path, "fill"};
   options.socket_mode = 0666;
   options.socket_owner = 65534;
-  RunningServer rs(options);
+  test::RunningServer rs(options);
   struct stat st {};
   REQUIRE(stat(path.c_str(), &st) == 0);
   CHECK(st.st_uid == 65534);
