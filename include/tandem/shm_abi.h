@@ -64,7 +64,13 @@ struct tandem_slot {
   uint32_t requests_open;       /* online inference: requests begun and not yet ended */
   uint32_t slo_us;              /* online inference: its latency target */
   uint64_t request_activity_ns; /* CLOCK_MONOTONIC of its last request begin or end */
-  uint8_t reserved[56];
+  /* Zico (tandemd with TANDEM_ZICO=1, training only; docs/zico.md): an allocation made while the
+     process's bytes in use are at most zico_trough_bytes starts an iteration and waits until
+     zico_permits passes the page's zico_starts (0: no such wait). Zero in an older daemon. */
+  uint64_t zico_trough_bytes;
+  uint32_t zico_permits; /* iteration starts allowed so far (the client counts those it used) */
+  uint32_t zico_reserved;
+  uint8_t reserved[40];
 };
 
 /* What one client writes: its own page, separate from the GPU's segment. */
@@ -101,7 +107,11 @@ struct tandem_client_page {
   uint32_t progress_wake;     /* futex word of the client's own threads: its progress thread wakes
                                  its gate when completions free room in the in-flight bound */
   uint32_t reserved32;
-  uint8_t reserved[40];
+  /* Zico (see tandem_slot.zico_trough_bytes): */
+  uint32_t zico_starts;  /* iteration starts this process made under a permit (or failing open) */
+  uint32_t zico_waiting; /* 1 while an allocation waits at an iteration boundary for a permit */
+  uint64_t zico_wait_ns; /* total time waited at iteration boundaries */
+  uint8_t reserved[24];
 };
 
 struct tandem_shm_header {

@@ -17,6 +17,7 @@
 #include "pool_backend.h"
 #include "real_driver.h"
 #include "settings.h"
+#include "zico_gate.h"
 
 namespace tandem::hook {
 
@@ -179,6 +180,7 @@ void* progress_main(void*) {
       __atomic_store_n(&page->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
       memory_pressure_tick(now);
       pool_tick();
+      zico_progress_tick();
       if (g_role == TANDEM_ROLE_INFERENCE) publish_request_latency();
       if (g_notes.work_since_marker.load(std::memory_order_relaxed) &&
           !g_notes.last_was_nccl.load(std::memory_order_relaxed))

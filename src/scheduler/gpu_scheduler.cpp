@@ -14,7 +14,8 @@ void wake(tandem_slot& s) { futex_bump_and_wake(&s.wake); }
 }  // namespace
 
 GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
-    : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill), slo_(params.slo) {
+    : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill), slo_(params.slo),
+      zico_(params.period_ns) {
   if (segment_.ok()) {
     segment_.shm()->sample_us = params.period_ns / 1000;
     segment_.shm()->policy = params.policy;
@@ -150,6 +151,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
     if (phase == GpuPhase::bubble) futex_bump_and_wake(&shm->bubble_seq);  // online requests waiting for one
   }
   check_admission(shm, now_ns);
+  if (params_.zico) step_zico(shm, now_ns);
   if (!training) return;
 
   communicating_ = collectives_pending > 0;
@@ -166,6 +168,34 @@ void GpuScheduler::tick(uint64_t now_ns) {
     }
   }
   apply(shm, grants_, now_ns);
+}
+
+uint64_t GpuScheduler::zico_budget_bytes() const {
+  if (params_.zico_budget_bytes) return params_.zico_budget_bytes;
+  const tandem_shm_header* shm = segment_.shm();
+  return shm ? static_cast<uint64_t>(static_cast<double>(shm->gpu_total_bytes) * params_.zico_budget_percent / 100) : 0;
+}
+
+// Zico: learns the training jobs' memory curves from their pages and lets a job waiting at an
+// iteration boundary start when its iteration fits beside the others' (zico_policy.h).
+void GpuScheduler::step_zico(tandem_shm_header* shm, uint64_t now_ns) {
+  zico_samples_.clear();
+  for (const FillerState& t : training_) {
+    const tandem_slot& s = shm->slots[t.id];
+    const ClientView& c = segment_.view(t.id);
+    zico_samples_.push_back({t.id, s.generation, c.v.bytes_in_use, c.v.zico_starts, c.v.zico_waiting != 0});
+  }
+  // Without the GPU's size there is no budget: nobody is held.
+  uint64_t budget = zico_budget_bytes();
+  zico_.step(now_ns, zico_samples_, budget ? budget : UINT64_MAX, zico_decisions_);
+  for (const ZicoDecision& d : zico_decisions_) {
+    tandem_slot& s = shm->slots[d.slot];
+    __atomic_store_n(&s.zico_trough_bytes, d.trough_bytes, __ATOMIC_RELEASE);
+    if (!d.grant) continue;
+    __atomic_store_n(&s.zico_permits, d.permits, __ATOMIC_RELEASE);
+    wake(s);
+    trace_.add({now_ns, 'Z', s.pid, 0});
+  }
 }
 
 // Admission checks (SpecInF principles I and II). Principle II: an online filler whose single request takes longer than the longest
