@@ -14,17 +14,6 @@ std::string seconds_text(double seconds) {
   return text;
 }
 
-// "docker 4f1c2a9d6e0b" (runtime and short id; the pod when Kubernetes names one), else the
-// cgroup path, as tandemd read it from /proc/<pid>/cgroup.
-std::string container_text(const nlohmann::json& client) {
-  if (!client.contains("container") || !client["container"].is_object()) return "-";
-  const auto& k = client["container"];
-  std::string runtime = k.value("runtime", std::string()), id = k.value("id", std::string());
-  std::string pod = k.value("pod", std::string()), cgroup = k.value("cgroup", std::string());
-  if (runtime.empty()) return cgroup.empty() ? "-" : "cgroup " + cgroup;
-  return runtime + " " + id.substr(0, 12) + (pod.empty() ? "" : " pod " + pod);
-}
-
 }  // namespace
 
 int status_command(const std::string& socket_path, bool json) {
