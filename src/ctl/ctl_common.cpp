@@ -1,6 +1,7 @@
 // The exchange with tandemd and the usage text shared by tandemctl's commands.
 #include "ctl_common.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -37,12 +38,16 @@ bool try_ask(const std::string& socket_path, MessageType request, const std::str
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof addr.sun_path) usage_error("socket path too long");
   std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking connect: a UNIX connect to a daemon that stopped accepting (stopped, hung, its
+  // backlog full) would otherwise block for ever; this way it fails at once with EAGAIN.
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    why = "no tandemd answers on " + socket_path + " (" + std::strerror(errno) + ")";
+    why = errno == EAGAIN ? "tandemd on " + socket_path + " is not accepting connections (its backlog is full)"
+                          : "no tandemd answers on " + socket_path + " (" + std::strerror(errno) + ")";
     if (fd >= 0) close(fd);
     return false;
   }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // the exchange itself waits with timeouts
   MessageHeader h{};
   std::string payload;
   bool answered = send_message(fd, request, body) &&

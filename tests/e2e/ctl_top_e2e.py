@@ -8,6 +8,8 @@
   narrow        a 50x12 terminal: no line is wider than 50 columns, the screen holds 12 rows
   daemon-gone   tandemd killed: top says no tandemd answers instead of crashing; tandemd
                 started again: the process rows come back; q exits 0
+  stalled       a "daemon" that listens but never accepts, its backlog full: top says it is not
+                accepting connections and q still quits at once; tandemctl status gives up too
   json          top --json: one snapshot with rates over the interval (launches/s of the
                 training process > 0); without a terminal and without --json: refused, status 2
 
@@ -20,6 +22,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -98,6 +101,11 @@ def start_jobs(env):
     pids = {train.pid, filler.pid}
     check(wait_for(lambda: (s := env.status()) and pids <= {c["pid"] for c in s["clients"]}, 20),
           "train-sim and infer-sim registered with tandemd")
+
+    def training_launched():
+        s = env.status()
+        return s and any(sl["pid"] == train.pid and sl["launches"] > 0 for g in s["gpus"] for sl in g["slots"])
+    check(wait_for(training_launched, 20), "and train-sim is launching kernels")
     return train, filler
 
 
@@ -162,16 +170,49 @@ def case_daemon_gone(env, train, filler):
         top.close()
 
 
+def case_stalled(env, train, filler):
+    path = os.path.join(env.tmp, "stalled.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    queued = []
+    while True:  # fill the backlog: the next connect would block
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.setblocking(False)
+        try:
+            c.connect(path)
+        except BlockingIOError:
+            c.close()
+            break
+        queued.append(c)
+    stalled = Env(env.build)
+    stalled.socket = path
+    top = PtyTop(stalled)
+    try:
+        check(top.wait_screen(lambda f: "not accepting connections" in f), "top: tandemd is not accepting connections")
+        started = time.monotonic()
+        os.write(top.master, b"q")
+        check(top.finish() == 0 and time.monotonic() - started < 3, "q quits at once, status 0")
+        check(top.restored(), "and gives the terminal back")
+    finally:
+        top.close()
+        shutil.rmtree(stalled.tmp, ignore_errors=True)
+    p = subprocess.run([os.path.join(env.build, "bin", "tandemctl"), "status", "--socket", path], capture_output=True,
+                       text=True, timeout=10)
+    check(p.returncode == 1 and "not accepting connections" in p.stderr, f"tandemctl status gives up: {p.stderr!r}")
+    listener.close()
+
+
 def case_json(env, train, filler):
     ctl = os.path.join(env.build, "bin", "tandemctl")
-    p = subprocess.run([ctl, "top", "--json", "--interval", "0.5", "--socket", env.socket], capture_output=True,
+    p = subprocess.run([ctl, "top", "--json", "--interval", "1", "--socket", env.socket], capture_output=True,
                        text=True, timeout=30)
     check(p.returncode == 0 and p.stdout.count("\n") == 1, f"top --json prints one line: {p.stdout!r} {p.stderr}")
     doc = json.loads(p.stdout)
     rows = {r["pid"]: r for r in doc["processes"]}
     check(rows.get(train.pid, {}).get("role") == "training", "with train-sim as training")
     check(rows.get(filler.pid, {}).get("role") == "batch-inference", "and infer-sim as batch-inference")
-    check((rows[train.pid]["launches_per_s"] or 0) > 0 and 0.4 < doc["interval_s"] < 5,
+    check((rows[train.pid]["launches_per_s"] or 0) > 0 and 0.9 < doc["interval_s"] < 5,
           f"rates over the interval: {rows[train.pid]['launches_per_s']} launches/s over {doc['interval_s']} s")
     gpu = doc["gpus"][0]
     check(gpu["policy"] == "fill" and gpu["bytes_in_use"] > 0, f"the GPU's policy and memory in use: {gpu}")
@@ -182,7 +223,7 @@ def case_json(env, train, filler):
 
 
 CASES = {"screen": case_screen, "signal": case_signal, "narrow": case_narrow, "daemon-gone": case_daemon_gone,
-         "json": case_json}
+         "stalled": case_stalled, "json": case_json}
 
 
 def main():
