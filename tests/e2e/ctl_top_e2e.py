@@ -4,7 +4,7 @@
   screen        the GPU row and both process rows with their roles appear; q exits 0, the
                 terminal's settings (echo, canonical mode) are as before and the alternate
                 screen was left, the cursor shown again
-  signal        SIGTERM while running: the terminal is given back, then tandemctl dies of it
+  signal        SIGTERM, SIGINT while running: the terminal is given back, then tandemctl dies of it
   narrow        a 50x12 terminal: no line is wider than 50 columns, the screen holds 12 rows
   daemon-gone   tandemd killed: top says no tandemd answers instead of crashing; tandemd
                 started again: the process rows come back; q exits 0
@@ -127,14 +127,15 @@ def case_screen(env, train, filler):
 
 
 def case_signal(env, train, filler):
-    top = PtyTop(env)
-    try:
-        check(top.wait_screen(lambda f: row_of(f, train.pid) is not None), "top is drawing")
-        top.proc.send_signal(signal.SIGTERM)
-        check(top.finish() == -signal.SIGTERM, "SIGTERM: top dies of it")
-        check(top.restored(), "after giving the terminal back (settings, alternate screen, cursor)")
-    finally:
-        top.close()
+    for signo in (signal.SIGTERM, signal.SIGINT):
+        top = PtyTop(env)
+        try:
+            check(top.wait_screen(lambda f: row_of(f, train.pid) is not None), "top is drawing")
+            top.proc.send_signal(signo)
+            check(top.finish() == -signo, f"{signo.name}: top dies of it")
+            check(top.restored(), "after giving the terminal back (settings, alternate screen, cursor)")
+        finally:
+            top.close()
 
 
 def case_narrow(env, train, filler):
