@@ -302,6 +302,12 @@ def reference_problems(manifests, build):
         say("examples: need a training pod and an inference pod")
     for path, d in pods:
         spec = pod_spec(d)
+        for term in spec.get("affinity", {}).get("podAffinity", {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution", []):
+            wanted = term.get("labelSelector", {}).get("matchLabels", {})
+            if not any(all(o["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+                       for _, o in pods if o is not d):
+                say(f"{path}: its pod affinity {wanted} matches none of the example pods")
         for c in containers(spec):
             env = {e.get("name"): e.get("value") for e in c.get("env", [])}
             for name in env:
@@ -397,6 +403,9 @@ BREAKAGES = [
         resource=first(m, "Kustomization").pop("resources")), "resource"),
     ("a kustomization listing a missing file",
      lambda m: first(m, "Kustomization")["resources"].append("rbac.yaml"), "rbac.yaml"),
+    ("an affinity to no pod", lambda m: first(m, "Pod", os.path.join("examples", "inference-pod.yaml"))["spec"][
+        "affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"].update(
+        matchLabels={"app.kubernetes.io/name": "tandem-training"}), "pod affinity"),
     ("a preload from elsewhere", lambda m: next(e for e in training_env(m) if e["name"] == "LD_PRELOAD").update(
         value="/usr/lib/libtandem.so"), "LD_PRELOAD"),
 ]
