@@ -12,7 +12,9 @@
            runtime directory and file-system protections: unit_sandbox.py) and serves a hooked
            train-sim on the simulated GPU through /run/tandem/tandemd.sock, which
            /usr/bin/tandemctl shows; `dpkg -r` leaves only the conffile, `dpkg --purge` leaves
-           nothing, not the group either
+           nothing, not the group either. Also: deploy/docker/install-preload.sh, which the
+           Dockerfile runs, puts only the library (and PyTorch's helper) from the package into
+           an image's root and lists it once in its /etc/ld.so.preload
 
 `deb` needs root (dpkg, mounts); otherwise it prints why and exits 77 (ctest: skipped). Its
 /run/tandem is a private tmpfs of the test's own mount namespace, so a tandemd of the host is
@@ -121,6 +123,7 @@ def deb_case(build):
         info = subprocess.run(["dpkg-deb", "-f", deb, "Package", "Version", "Depends"], capture_output=True, text=True).stdout
         check("Package: tandem" in info and "Version: 0." in info and "libc6" in info,
               f"package tandem, the project's version, computed dependencies: {info.strip()!r}")
+        image_recipe(deb)
         r = dpkg("-i", deb)
         check(r.returncode == 0, f"dpkg -i {debs[0]} {r.stderr[-800:]}")
         files = [l for l in dpkg("-L", "tandem").stdout.splitlines() if os.path.isfile(l)]
@@ -147,6 +150,29 @@ def deb_case(build):
         shutil.rmtree(out, ignore_errors=True)
         if dpkg("-s", "tandem").returncode == 0:
             dpkg("--purge", "tandem")
+
+
+def image_recipe(deb):
+    """deploy/docker's install-preload.sh, which the Dockerfile runs, into an image's root."""
+    root = tempfile.mkdtemp(prefix="tandem-image-")
+    try:
+        os.makedirs(os.path.join(root, "etc"))
+        with open(os.path.join(root, "etc/ld.so.preload"), "w") as f:
+            f.write("/usr/lib/other/libother.so\n")
+        script = os.path.join(ROOT, "deploy/docker/install-preload.sh")
+        for _ in range(2):  # twice: the library is listed once
+            r = subprocess.run(["sh", script, deb, root], capture_output=True, text=True, timeout=60)
+            check(r.returncode == 0, f"install-preload.sh into an image root {r.stderr[-500:]}")
+        check(sorted(installed_files(root)) == ["etc/ld.so.preload", LIBRARY.lstrip("/"),
+                                                "usr/share/tandem/python/tandem_torch.py"],
+              f"the image gets the library and the PyTorch helper only: {sorted(installed_files(root))}")
+        with open(os.path.join(root, "etc/ld.so.preload")) as f:
+            check(f.read().split() == ["/usr/lib/other/libother.so", LIBRARY],
+                  "/etc/ld.so.preload keeps what it listed and names libtandem.so once")
+        with open(os.path.join(ROOT, "deploy/docker/Dockerfile")) as f:
+            check("install-preload.sh" in f.read(), "the Dockerfile installs through install-preload.sh")
+    finally:
+        shutil.rmtree(root)
 
 
 def verify_unit():
