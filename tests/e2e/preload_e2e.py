@@ -12,12 +12,17 @@ runs there too (and carries the library, unused).
              with libtandem mapped and TANDEM_LOG=debug, TANDEM_ROLE, TANDEM_STATS_FILE set,
              yet print nothing of tandem, start no thread, open no descriptor or socket, load
              no libcuda, write no statistics and never appear at tandemd
+  setuid     the loader preloads tandem into setuid programs too, with the caller's
+             environment: a setuid-root program that uses the driver, run by a second local
+             user with TANDEM_REAL_LIBCUDA naming the user's own library, does not load it
+             (nor write TANDEM_STATS_FILE) and says once that settings are ignored; without
+             the setuid bit the same settings apply
 
-Needs root (mount namespaces); otherwise it prints why and exits 77 (ctest: skipped).
+Needs root (mount namespaces; setuid: useradd and a C compiler); otherwise it prints why and exits 77 (ctest: skipped).
 /etc/ld.so.preload is never changed outside the namespace: when it does not exist, a copy of
 /etc with the preload file is mounted over /etc there.
 
-usage: preload_e2e.py BUILD_DIR cuda|torch|untouched
+usage: preload_e2e.py BUILD_DIR cuda|torch|untouched|setuid
 """
 import json
 import os
@@ -183,9 +188,65 @@ def untouched_case(env):
     check(not [f for f in os.listdir(env.tmp) if f.startswith("stats-")], "no statistics file written")
 
 
+# A setuid-root program that uses CUDA (it asks the driver for its memory), and a "driver" a
+# user would like root to load: its constructor leaves a file behind.
+SETUID_PROGRAM = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {
+  int (*mem_get_info)(size_t*, size_t*) = (int (*)(size_t*, size_t*))dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2");
+  size_t free_bytes = 0, total = 0;
+  int r = mem_get_info ? mem_get_info(&free_bytes, &total) : -1;
+  printf("cuMemGetInfo_v2: %d\n", r);
+  return 0;
+}
+"""
+IMPOSTOR_DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void loaded(void) {
+  FILE* f = fopen(getenv("MARKER"), "w");
+  if (f) fclose(f);
+}
+"""
+
+
+def setuid_case(env):
+    """/etc/ld.so.preload loads tandem into setuid programs too, with the caller's environment:
+    there no TANDEM_* setting may count (TANDEM_REAL_LIBCUDA would make root load any library,
+    TANDEM_STATS_FILE write any file)."""
+    from identity_e2e import OtherUser
+    os.chmod(env.tmp, 0o755)
+    program, impostor, marker = (os.path.join(env.tmp, n) for n in ("probe-setuid", "impostor.so", "user/marker"))
+    for source, out, extra in ((SETUID_PROGRAM, program, ["-ldl"]), (IMPOSTOR_DRIVER, impostor, ["-shared", "-fPIC"])):
+        r = subprocess.run(["cc", "-x", "c", "-", "-o", out, *extra], input=source, capture_output=True, text=True)
+        check(r.returncode == 0, f"compiled {os.path.basename(out)} {r.stderr[-500:]}")
+    os.chmod(program, 0o4755)  # setuid root
+    user = OtherUser()
+    marker_dir = os.path.dirname(marker)
+    os.makedirs(marker_dir)
+    os.chown(marker_dir, user.uid, user.gid)
+    try:
+        e = environment(env, TANDEM_REAL_LIBCUDA=impostor, TANDEM_LOG="debug", MARKER=marker,
+                        TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-setuid.json"))
+        p = user.popen([program], e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=30)
+        check(p.returncode == 0 and "cuMemGetInfo_v2:" in out, f"the setuid program ran as {user.name}: {out!r} {err[-500:]!r}")
+        check(not os.path.exists(marker), "tandem did not load TANDEM_REAL_LIBCUDA as root")
+        check(not os.path.exists(os.path.join(env.tmp, "stats-setuid.json")), "nor write TANDEM_STATS_FILE")
+        check(err.count("TANDEM_* settings are ignored") == 1, f"it says why, once: {err.strip()[-300:]!r}")
+        # The same program without the setuid bit: the user's own settings apply to the user's process.
+        os.chmod(program, 0o755)
+        p = user.popen([program], e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p.communicate(timeout=30)
+        check(os.path.exists(marker), "without setuid, the user's TANDEM_REAL_LIBCUDA is loaded (as the user)")
+    finally:
+        user.remove()
+
+
 def main():
     build, case = os.path.abspath(sys.argv[1]), sys.argv[2]
-    if case not in ("cuda", "torch", "untouched"):
+    if case not in ("cuda", "torch", "untouched", "setuid"):
         raise SystemExit(f"unknown case {case}")
     if not os.environ.get(INSIDE):
         enter_namespace(build, case)
@@ -197,7 +258,7 @@ def main():
     d = env.daemon()
     try:
         check(mapped(d.pid, "libtandem.so"), "tandemd itself loads the library too")
-        {"cuda": cuda_case, "torch": torch_case, "untouched": untouched_case}[case](env)
+        {"cuda": cuda_case, "torch": torch_case, "untouched": untouched_case, "setuid": setuid_case}[case](env)
         check(d.poll() is None, "tandemd is still running")
     finally:
         d.terminate()
