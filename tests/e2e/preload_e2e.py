@@ -17,12 +17,15 @@ runs there too (and carries the library, unused).
              user with TANDEM_REAL_LIBCUDA naming the user's own library, does not load it
              (nor write TANDEM_STATS_FILE) and says once that settings are ignored; without
              the setuid bit the same settings apply
+  exceptions (no namespace, no root) exceptions inside libtandem work without libstdc++'s
+             emergency arena, which the library no longer reserves at load: a fake tandemd's
+             ill-typed refusals are thrown on and caught, and the preloaded program finishes
 
-Needs root (mount namespaces; setuid: useradd and a C compiler); otherwise it prints why and exits 77 (ctest: skipped).
+The others need root (mount namespaces; setuid: useradd and a C compiler); otherwise it prints why and exits 77 (ctest: skipped).
 /etc/ld.so.preload is never changed outside the namespace: when it does not exist, a copy of
 /etc with the preload file is mounted over /etc there.
 
-usage: preload_e2e.py BUILD_DIR cuda|torch|untouched|setuid
+usage: preload_e2e.py BUILD_DIR cuda|torch|untouched|setuid|exceptions
 """
 import json
 import os
@@ -244,10 +247,55 @@ def setuid_case(env):
         user.remove()
 
 
+def exceptions_case(env):
+    """libtandem links libstdc++'s exception allocator without its load-time arena
+    (src/hook/CMakeLists.txt): exceptions thrown and caught inside the library still work. A
+    fake tandemd refuses every hello with an error whose fields have the wrong JSON types,
+    which the library's reading of the refusal throws on and catches; train-sim, preloaded
+    the ordinary way, asks again each second and finishes normally."""
+    import socket
+    import struct
+    import threading
+    path = os.path.join(env.tmp, "fake.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    answered = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                header = conn.recv(8, socket.MSG_WAITALL)
+                if len(header) == 8:
+                    conn.recv(struct.unpack("<II", header)[1], socket.MSG_WAITALL)
+                    body = json.dumps({"errno": "thirteen", "message": 5}).encode()
+                    conn.sendall(struct.pack("<II", 0xFFFF, len(body)) + body)
+                    answered.append(1)
+
+    threading.Thread(target=serve, daemon=True).start()
+    e = dict(env.base, TANDEM_SOCKET=path, LD_PRELOAD=os.path.join(env.build, "lib", "libtandem.so"),
+             TANDEM_ROLE="training")
+    r = subprocess.run([os.path.join(env.build, "bin", "train-sim"), "--iterations", "60"], env=e,
+                       capture_output=True, text=True, timeout=120)
+    listener.close()
+    check(len(answered) >= 2, f"the fake tandemd refused {len(answered)} hellos with ill-typed errors")
+    check(r.returncode == 0,
+          f"train-sim finished normally (exit {r.returncode}) {r.stderr[-500:]}")
+
+
 def main():
     build, case = os.path.abspath(sys.argv[1]), sys.argv[2]
-    if case not in ("cuda", "torch", "untouched", "setuid"):
+    if case not in ("cuda", "torch", "untouched", "setuid", "exceptions"):
         raise SystemExit(f"unknown case {case}")
+    if case == "exceptions":  # no namespace, no root
+        env = Env(build)
+        exceptions_case(env)
+        shutil.rmtree(env.tmp, ignore_errors=True)
+        return
     if not os.environ.get(INSIDE):
         enter_namespace(build, case)
     env = Env(build)
