@@ -31,9 +31,11 @@ install(CODE "
     set(TANDEM_SYSCONFDIR \"\${prefix}/etc\")
   endif()
   set(TANDEM_SBINDIR \"\${prefix}/${CMAKE_INSTALL_SBINDIR}\")
-  configure_file(\"${PROJECT_SOURCE_DIR}/deploy/systemd/tandemd.service.in\"
-                 \"${PROJECT_BINARY_DIR}/install-time/tandemd.service\" @ONLY)
-  file(INSTALL \"${PROJECT_BINARY_DIR}/install-time/tandemd.service\"
-       DESTINATION \"\${prefix}/lib/systemd/system\")
+  # One staging directory per prefix and DESTDIR: installs and cpack may run side by side.
+  string(MD5 staging \"\${prefix}|\$ENV{DESTDIR}\")
+  set(staging \"${PROJECT_BINARY_DIR}/install-time/\${staging}\")
+  configure_file(\"${PROJECT_SOURCE_DIR}/deploy/systemd/tandemd.service.in\" \"\${staging}/tandemd.service\" @ONLY)
+  file(INSTALL \"\${staging}/tandemd.service\" DESTINATION \"\${prefix}/lib/systemd/system\")
+  file(REMOVE_RECURSE \"\${staging}\")
   file(INSTALL \"${PROJECT_SOURCE_DIR}/deploy/tandemd.json\" DESTINATION \"\${TANDEM_SYSCONFDIR}/tandem\")
 " COMPONENT runtime)
