@@ -111,8 +111,10 @@ def deb_case(build):
     if os.geteuid() != 0:
         print("SKIP: needs root (dpkg -i, a system group, mount namespaces)")
         raise SystemExit(SKIP)
-    if dpkg("-s", "tandem").returncode == 0:  # left by a run that was killed
-        dpkg("--purge", "tandem")
+    if dpkg("-s", "tandem").returncode == 0:
+        print("SKIP: a package tandem is installed on this machine; this test installs and purges its own "
+              "(dpkg --purge tandem, if it was left by a test run that was killed)")
+        raise SystemExit(SKIP)
     group_before = group_exists("tandem")
     out = tempfile.mkdtemp(prefix="tandem-deb-")
     try:
@@ -141,11 +143,19 @@ def deb_case(build):
         check(left == [CONFIG], f"after dpkg -r only the conffile is left: {left}")
         r = dpkg("--purge", "tandem")
         check(r.returncode == 0, f"dpkg --purge tandem {r.stderr[-500:]}")
-        left = [f for f in files + ["/etc/tandem"] if os.path.exists(f)]
+        left = [f for f in files + ["/etc/tandem", "/var/lib/tandem"] if os.path.exists(f)]
         check(not left, f"after dpkg --purge nothing is left: {left}")
         check(dpkg("-s", "tandem").returncode != 0, "dpkg knows no package tandem")
         check(group_exists("tandem") == group_before, "the group is gone again" if not group_before else
               "the group, which was there before, is still there")
+        if not group_before:  # an administrator's group survives a purge
+            subprocess.run(["groupadd", "--system", "tandem"], check=True)
+            try:
+                check(dpkg("-i", deb).returncode == 0 and dpkg("--purge", "tandem").returncode == 0,
+                      "installed and purged again with a group tandem made beforehand")
+                check(group_exists("tandem"), "that group is still there")
+            finally:
+                subprocess.run(["groupdel", "tandem"], capture_output=True)
     finally:
         shutil.rmtree(out, ignore_errors=True)
         if dpkg("-s", "tandem").returncode == 0:
