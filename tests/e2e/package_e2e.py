@@ -11,7 +11,8 @@
            tool is present); tandemd runs as the unit would (its user, group, capabilities,
            runtime directory and file-system protections: unit_sandbox.py) and serves a hooked
            train-sim on the simulated GPU through /run/tandem/tandemd.sock, which
-           /usr/bin/tandemctl shows; `dpkg -r` leaves only the conffile, `dpkg --purge` leaves
+           /usr/bin/tandemctl shows; a second local user in the group tandem registers as
+           training, outside it cannot connect (not even as batch-inference) and runs unmanaged; `dpkg -r` leaves only the conffile, `dpkg --purge` leaves
            nothing, not the group either. Also: deploy/docker/install-preload.sh, which the
            Dockerfile runs, puts only the library (and PyTorch's helper) from the package into
            an image's root and lists it once in its /etc/ld.so.preload
@@ -194,6 +195,48 @@ def verify_unit():
           f"systemd-analyze verify {UNIT}: no complaint {(r.stdout + r.stderr)[-800:]}")
 
 
+def seen_roles(pid):
+    """The roles /usr/bin/tandemctl shows for `pid` once it launches in a GPU slot, else None."""
+    r = subprocess.run(["/usr/bin/tandemctl", "status", "--json"], capture_output=True, text=True, timeout=10)
+    if r.returncode != 0:
+        return None
+    status = json.loads(r.stdout)
+    slots = [s for g in status["gpus"] for s in g["slots"] if s["pid"] == pid and s["launches"] > 0]
+    roles = [c["role"] for c in status["clients"] if c["pid"] == pid]
+    return roles if slots else None
+
+
+def group_members(build, env, gid):
+    """The group tandem is who may use the socket: a user in it registers as training; a user
+    outside it cannot connect and runs unmanaged, as without tandem."""
+    from identity_e2e import OtherUser
+    user = OtherUser()
+    try:
+        for member in (True, False):
+            # The user's own simulated GPU; outside the group, a role everyone who can connect may have.
+            e = dict(env, SIMGPU_SHM=f"/simgpu-pkg-{os.getpid()}-{int(member)}",
+                     TANDEM_ROLE="training" if member else "batch-inference")
+            p = subprocess.Popen([os.path.join(build, "bin", "train-sim"), "--iterations", "100"], env=e,
+                                 user=user.uid, group=user.gid, extra_groups=[gid] if member else [],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if member:
+                roles = wait_for(lambda: seen_roles(p.pid), 20)
+                check(roles == ["training"], f"{user.name}, in the group tandem, registers as training: {roles}")
+                p.kill()
+                p.communicate(timeout=60)
+                continue
+            seen = False
+            deadline = time.monotonic() + 3
+            while p.poll() is None and time.monotonic() < deadline:
+                seen = seen or seen_roles(p.pid) is not None
+                time.sleep(0.1)
+            out, err = p.communicate(timeout=120)
+            check(not seen, f"{user.name}, outside the group, cannot reach the socket: never seen, even as batch-inference")
+            check(p.returncode == 0, f"and runs to the end unmanaged, as without tandem (exit {p.returncode}) {err[-300:]}")
+    finally:
+        user.remove()
+
+
 def run_unit_case(build):
     """Inside the test's private mount namespace: a private /run/tandem, tandemd as the unit,
     train-sim preloaded with the installed library, tandemctl."""
@@ -227,20 +270,12 @@ def run_unit_case(build):
         p = subprocess.Popen([os.path.join(build, "bin", "train-sim"), "--iterations", "400"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-        def seen():
-            r = subprocess.run(["/usr/bin/tandemctl", "status", "--json"], capture_output=True, text=True, timeout=10)
-            if r.returncode != 0:
-                return None
-            status = json.loads(r.stdout)
-            slots = [s for g in status["gpus"] for s in g["slots"] if s["pid"] == p.pid and s["launches"] > 0]
-            roles = [c["role"] for c in status["clients"] if c["pid"] == p.pid]
-            return roles if slots else None
-
-        roles = wait_for(seen, 20)
+        roles = wait_for(lambda: seen_roles(p.pid), 20)
         check(roles == ["training"],
               f"/usr/bin/tandemctl status shows train-sim (pid {p.pid}) launching in a GPU slot as training: {roles}")
         p.kill()
         p.wait()
+        group_members(build, env, gid)
     finally:
         d.terminate()
         try:
