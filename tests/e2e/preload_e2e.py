@@ -6,6 +6,8 @@ runs there too (and carries the library, unused).
 
   cuda       an unmodified CUDA program (train-sim on the simulated GPU, TANDEM_ROLE=training)
              has libtandem mapped and registers with tandemd, which sees its launches
+  twice      the same with LD_PRELOAD naming another copy of the library as well: two copies
+             are mapped, one works, the program registers once
   torch      a PyTorch program (the project's .venv) is hooked the same way; skipped, saying
              why, without the venv
   untouched  programs that never use CUDA (/bin/true, a shell, Python without torch) run
@@ -25,7 +27,7 @@ The others need root (mount namespaces; setuid: useradd and a C compiler); other
 /etc/ld.so.preload is never changed outside the namespace: when it does not exist, a copy of
 /etc with the preload file is mounted over /etc there.
 
-usage: preload_e2e.py BUILD_DIR cuda|torch|untouched|setuid|exceptions
+usage: preload_e2e.py BUILD_DIR cuda|twice|torch|untouched|setuid|exceptions
 """
 import json
 import os
@@ -141,6 +143,29 @@ def cuda_case(env):
     finally:
         p.kill()
         p.communicate()
+
+
+def twice_case(env):
+    """A program given LD_PRELOAD with another copy of the library on top of /etc/ld.so.preload
+    (an image that preloads it, run by someone who also sets LD_PRELOAD) has two copies
+    loaded: only one of them works, and the program registers once."""
+    copy = os.path.join(env.tmp, "copy", "libtandem.so")
+    os.makedirs(os.path.dirname(copy))
+    shutil.copy(os.path.join(env.build, "lib", "libtandem.so"), copy)
+    p = subprocess.Popen([os.path.join(env.build, "bin", "train-sim"), "--iterations", "60"],
+                         env=dict(environment(env, TANDEM_ROLE="training", TANDEM_LOG="info"), LD_PRELOAD=copy),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = wait_for(lambda: (slot_of(env, p.pid) or (None, 0))[1] > 0 and slot_of(env, p.pid), 20)
+    with open(f"/proc/{p.pid}/maps") as f:
+        copies = {l.split()[-1] for l in f if l.rstrip().endswith("libtandem.so")}
+    status = env.status() or {"clients": []}
+    clients = [c for c in status["clients"] if c["pid"] == p.pid]
+    out, err = p.communicate(timeout=120)
+    check(len(copies) == 2, f"two copies are mapped: {sorted(copies)}")
+    check(bool(seen) and len(clients) == 1, f"the program registers once: {clients}")
+    check(err.count("bootstrapped") == 1 and err.count("registered with tandemd") == 1,
+          f"one copy bootstraps and registers: {err.strip()[-400:]!r}")
+    check(p.returncode == 0, f"and it finishes (exit {p.returncode})")
 
 
 def torch_case(env):
@@ -289,7 +314,7 @@ def exceptions_case(env):
 
 def main():
     build, case = os.path.abspath(sys.argv[1]), sys.argv[2]
-    if case not in ("cuda", "torch", "untouched", "setuid", "exceptions"):
+    if case not in ("cuda", "twice", "torch", "untouched", "setuid", "exceptions"):
         raise SystemExit(f"unknown case {case}")
     if case == "exceptions":  # no namespace, no root
         env = Env(build)
@@ -306,7 +331,7 @@ def main():
     d = env.daemon()
     try:
         check(mapped(d.pid, "libtandem.so"), "tandemd itself loads the library too")
-        {"cuda": cuda_case, "torch": torch_case, "untouched": untouched_case, "setuid": setuid_case}[case](env)
+        {"cuda": cuda_case, "twice": twice_case, "torch": torch_case, "untouched": untouched_case, "setuid": setuid_case}[case](env)
         check(d.poll() is None, "tandemd is still running")
     finally:
         d.terminate()
