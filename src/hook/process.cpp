@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "counters.h"
@@ -54,9 +55,18 @@ void after_fork_child() noexcept {
   g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);
 }
 
+// A setuid, setgid or file-capability program (the kernel's AT_SECURE) runs with its
+// caller's environment, and /etc/ld.so.preload loads tandem into it as into any other: there
+// TANDEM_REAL_LIBCUDA would make it load the caller's library with the program's privileges
+// and TANDEM_STATS_FILE write the caller's path. Like the loader with LD_LIBRARY_PATH, tandem
+// then ignores its settings: defaults only.
+bool secure_execution() noexcept { return getauxval(AT_SECURE) != 0; }
+
 void bootstrap() noexcept {
-  load_settings(environ, warn_setting);
+  bool secure = secure_execution();
+  load_settings(secure ? nullptr : environ, warn_setting);
   set_log_level(static_cast<LogLevel>(setting_enum(SettingId::TANDEM_LOG)));
+  if (secure) TANDEM_LOG_WARN("a setuid, setgid or privileged program: TANDEM_* settings are ignored, defaults apply");
   g_disabled = setting_bool(SettingId::TANDEM_DISABLE);
   char error[512];
   if (!resolve_real_driver(setting_text(SettingId::TANDEM_REAL_LIBCUDA), error, sizeof error)) {
