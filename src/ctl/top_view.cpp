@@ -50,7 +50,7 @@ json gpu_row(const json& g, const std::string& policy, const std::map<int, std::
   const std::string uuid = g.value("uuid", std::string());
   double filler_ns = 0, training_wait_ms = 0;
   int training = 0;
-  bool rates = interval_s > 0;
+  bool rates = interval_s > 0, untracked = false;
   unsigned long long in_use = 0, quota = 0;
   json slo_target = nullptr, latency = nullptr;
   for (const auto& s : g["slots"]) {
@@ -67,6 +67,10 @@ json gpu_row(const json& g, const std::string& policy, const std::map<int, std::
     } else if (is_filler(r)) {
       if (grew(p, s, "completed_ns", delta)) filler_ns += delta;
       else rates = false;
+      // A filler that launches without estimating its GPU time (online inference under the slo
+      // policy puts no completion markers) leaves the fillers' share unknown, not zero.
+      double launched = 0;
+      if (grew(p, s, "launches", launched) && launched > 0 && u64(s, "issued_ns") == 0) untracked = true;
     }
     if (r == "inference" && number(s, "slo_ms") > 0) {
       double target = number(s, "slo_ms");
@@ -81,7 +85,7 @@ json gpu_row(const json& g, const std::string& policy, const std::map<int, std::
   // time of the interval is estimated from the detector's mean bubble and busy lengths.
   json bubble_use = nullptr, retained = nullptr;
   double bubble = number(g, "mean_bubble_ms"), busy = number(g, "mean_busy_ms");
-  if (rates && training > 0 && u64(g, "bubbles") > 0 && bubble + busy > 0) {
+  if (rates && !untracked && training > 0 && u64(g, "bubbles") > 0 && bubble + busy > 0) {
     double idle_ns = interval_s * 1e9 * bubble / (bubble + busy);
     bubble_use = std::min(1.0, filler_ns / idle_ns);
   }

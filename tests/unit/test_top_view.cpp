@@ -69,6 +69,15 @@ TEST_CASE("top: no rates from one document, nor across a restarted daemon's coun
   CHECK(view["processes"][0]["launches_per_s"].is_null());
 }
 
+TEST_CASE("top: no bubble use from fillers that do not estimate their GPU time", "[top]") {
+  json before = document(0, 0, 100), after = document(0, 0, 200);
+  after["gpus"][0]["slots"][1]["launches"] = 50;  // launched 45 kernels, no GPU time estimated
+  after["gpus"][0]["slots"][1]["issued_ns"] = 0;
+  CHECK(top_view(before, after, 1.0)["gpus"][0]["bubble_use"].is_null());
+  after["gpus"][0]["slots"][1]["issued_ns"] = 1000;  // estimated, and none completed: unused bubbles
+  CHECK(top_view(before, after, 1.0)["gpus"][0]["bubble_use"].get<double>() == Approx(0.0));
+}
+
 TEST_CASE("top: the SLO target and latency of online inference", "[top]") {
   json doc = document(0, 0, 0);
   doc["clients"][1]["role"] = "inference";
