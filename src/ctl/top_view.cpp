@@ -67,8 +67,8 @@ json gpu_row(const json& g, const std::string& policy, const std::map<int, std::
     } else if (is_filler(r)) {
       if (grew(p, s, "completed_ns", delta)) filler_ns += delta;
       else rates = false;
-      // A filler that launches without estimating its GPU time (online inference under the slo
-      // policy puts no completion markers) leaves the fillers' share unknown, not zero.
+      // A filler that launches without estimating its GPU time (online inference is admitted by
+      // request, not by GPU-time tokens) leaves the fillers' share unknown, not zero.
       double launched = 0;
       if (grew(p, s, "launches", launched) && launched > 0 && u64(s, "issued_ns") == 0) untracked = true;
     }
