@@ -65,12 +65,19 @@ json gpu_row(const json& g, const std::string& policy, const std::map<int, std::
       if (grew(p, s, "gate_wait_ms", delta)) training_wait_ms += delta;
       else rates = false;
     } else if (is_filler(r)) {
-      if (grew(p, s, "completed_ns", delta)) filler_ns += delta;
-      else rates = false;
-      // A filler that launches without estimating its GPU time (online inference is admitted by
-      // request, not by GPU-time tokens) leaves the fillers' share unknown, not zero.
-      double launched = 0;
-      if (grew(p, s, "launches", launched) && launched > 0 && u64(s, "issued_ns") == 0) untracked = true;
+      double launched = 0, requests = 0;
+      if (!grew(p, s, "completed_ns", delta) || !grew(p, s, "launches", launched) ||
+          !grew(p, s, "requests", requests)) {
+        rates = false;
+      } else if (r == "batch-inference") {
+        filler_ns += delta;  // GPU time estimated kernel by kernel, for its tokens
+      } else if (launched > 0) {
+        // Online inference is admitted request by request: its requests times the GPU time it
+        // learned one takes. Under the slo policy it does not wait for bubbles, so its share of
+        // them means nothing there; nor without a learned request time.
+        if (policy == "fill" && number(s, "request_ms") > 0) filler_ns += requests * number(s, "request_ms") * 1e6;
+        else untracked = true;
+      }
     }
     if (r == "inference" && number(s, "slo_ms") > 0) {
       double target = number(s, "slo_ms");
