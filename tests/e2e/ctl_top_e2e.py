@@ -246,7 +246,7 @@ def case_slo(env, train, filler):
     check(gpu["policy"] == "slo" and gpu["slo_target_ms"] == 50 and gpu["latency_ms"] > 0,
           f"with the policy, the 50 ms target and the measured percentile: {gpu}")
     check(0 <= gpu["training_retained"] <= 1, f"and training's retained share: {gpu['training_retained']}")
-    check(gpu["bubble_use"] is None, "bubble use unknown: online inference estimates no GPU time")
+    check(gpu["bubble_use"] is None, "bubble use unknown: under slo online inference does not wait for bubbles")
     rows = {r["pid"]: r for r in doc["processes"]}
     check(rows[filler.pid]["role"] == "inference", "the inference process's row has its role")
     top = PtyTop(env)
