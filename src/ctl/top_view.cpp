@@ -50,7 +50,7 @@ json gpu_row(const json& g, const std::string& policy, const std::map<int, std::
   const std::string uuid = g.value("uuid", std::string());
   double filler_ns = 0, training_wait_ms = 0;
   int training = 0;
-  bool rates = interval_s > 0;
+  bool rates = interval_s > 0, untracked = false;
   unsigned long long in_use = 0, quota = 0;
   json slo_target = nullptr, latency = nullptr;
   for (const auto& s : g["slots"]) {
@@ -65,8 +65,19 @@ json gpu_row(const json& g, const std::string& policy, const std::map<int, std::
       if (grew(p, s, "gate_wait_ms", delta)) training_wait_ms += delta;
       else rates = false;
     } else if (is_filler(r)) {
-      if (grew(p, s, "completed_ns", delta)) filler_ns += delta;
-      else rates = false;
+      double launched = 0, requests = 0;
+      if (!grew(p, s, "completed_ns", delta) || !grew(p, s, "launches", launched) ||
+          !grew(p, s, "requests", requests)) {
+        rates = false;
+      } else if (r == "batch-inference") {
+        filler_ns += delta;  // GPU time estimated kernel by kernel, for its tokens
+      } else if (launched > 0) {
+        // Online inference is admitted request by request: its requests times the GPU time it
+        // learned one takes. Under the slo policy it does not wait for bubbles, so its share of
+        // them means nothing there; nor without a learned request time.
+        if (policy == "fill" && number(s, "request_ms") > 0) filler_ns += requests * number(s, "request_ms") * 1e6;
+        else untracked = true;
+      }
     }
     if (r == "inference" && number(s, "slo_ms") > 0) {
       double target = number(s, "slo_ms");
@@ -81,7 +92,7 @@ json gpu_row(const json& g, const std::string& policy, const std::map<int, std::
   // time of the interval is estimated from the detector's mean bubble and busy lengths.
   json bubble_use = nullptr, retained = nullptr;
   double bubble = number(g, "mean_bubble_ms"), busy = number(g, "mean_busy_ms");
-  if (rates && training > 0 && u64(g, "bubbles") > 0 && bubble + busy > 0) {
+  if (rates && !untracked && training > 0 && u64(g, "bubbles") > 0 && bubble + busy > 0) {
     double idle_ns = interval_s * 1e9 * bubble / (bubble + busy);
     bubble_use = std::min(1.0, filler_ns / idle_ns);
   }

@@ -11,7 +11,10 @@
   stalled       a "daemon" that listens but never accepts, its backlog full: top says it is not
                 accepting connections and q still quits at once; tandemctl status gives up too
   json          top --json: one snapshot with rates over the interval (launches/s of the
-                training process > 0); without a terminal and without --json: refused, status 2
+                training process > 0, bubble use measured, training retained 1 under fill);
+                without a terminal and without --json: refused, status 2
+  slo           policy slo with online inference (50 ms target): top --json and the screen show
+                the policy, the target and the measured latency percentile
 
 usage: ctl_top_e2e.py BUILD_DIR CASE
 """
@@ -95,9 +98,13 @@ def row_of(frame, pid):
     return next((l for l in frame.splitlines() if l.split()[:1] == [str(pid)]), None)
 
 
-def start_jobs(env):
+def start_jobs(env, slo):
     train = env.start("train-sim", "--seconds", "60", "--report-every", "0", role="training")
-    filler = env.start("infer-sim", "--seconds", "60", "--report-every", "0", role="batch-inference")
+    if slo:  # online inference at a modest rate, 50 ms target
+        filler = env.start("infer-sim", "--seconds", "60", "--report-every", "0", "--rate", "40", "--kernel-us", "1000",
+                           role="inference", TANDEM_SLO_MS="50")
+    else:
+        filler = env.start("infer-sim", "--seconds", "60", "--report-every", "0", role="batch-inference")
     pids = {train.pid, filler.pid}
     check(wait_for(lambda: (s := env.status()) and pids <= {c["pid"] for c in s["clients"]}, 20),
           "train-sim and infer-sim registered with tandemd")
@@ -217,23 +224,54 @@ def case_json(env, train, filler):
           f"rates over the interval: {rows[train.pid]['launches_per_s']} launches/s over {doc['interval_s']} s")
     gpu = doc["gpus"][0]
     check(gpu["policy"] == "fill" and gpu["bytes_in_use"] > 0, f"the GPU's policy and memory in use: {gpu}")
+    check(gpu["bubble_use"] is not None and 0 < gpu["bubble_use"] <= 1 and gpu["training_retained"] == 1.0,
+          "bubble use measured; training retained 1.0 (the fill policy never holds training back)")
     refused = subprocess.run([ctl, "top", "--socket", env.socket], capture_output=True, text=True, timeout=10,
                              stdin=subprocess.DEVNULL)
     check(refused.returncode == 2 and refused.stdout == "" and "not a terminal" in refused.stderr,
           f"top without a terminal and without --json is refused: {refused.returncode} {refused.stderr!r}")
 
 
+def case_slo(env, train, filler):
+    ctl = os.path.join(env.build, "bin", "tandemctl")
+
+    def snapshot():
+        p = subprocess.run([ctl, "top", "--json", "--interval", "0.5", "--socket", env.socket], capture_output=True,
+                           text=True, timeout=30)
+        doc = json.loads(p.stdout) if p.returncode == 0 else None
+        return doc if doc and doc["gpus"] and doc["gpus"][0]["latency_ms"] is not None else None
+    doc = wait_for(snapshot, 20)
+    check(doc is not None, "top --json under policy slo: the inference process's latency appears")
+    gpu = doc["gpus"][0]
+    check(gpu["policy"] == "slo" and gpu["slo_target_ms"] == 50 and gpu["latency_ms"] > 0,
+          f"with the policy, the 50 ms target and the measured percentile: {gpu}")
+    check(0 <= gpu["training_retained"] <= 1, f"and training's retained share: {gpu['training_retained']}")
+    check(gpu["bubble_use"] is None, "bubble use unknown: under slo online inference does not wait for bubbles")
+    rows = {r["pid"]: r for r in doc["processes"]}
+    check(rows[filler.pid]["role"] == "inference", "the inference process's row has its role")
+    top = PtyTop(env)
+    try:
+        check(top.wait_screen(lambda f: any(l.split()[:2] == ["".join(gpu["uuid"][:12]), "slo"]
+                                            and l.split()[5] == "50.0" for l in f.splitlines())),
+              "the screen's GPU row shows policy slo and the 50 ms target")
+        os.write(top.master, b"q")
+        check(top.finish() == 0 and top.restored(), "q exits 0 and gives the terminal back")
+    finally:
+        top.close()
+
+
 CASES = {"screen": case_screen, "signal": case_signal, "narrow": case_narrow, "daemon-gone": case_daemon_gone,
-         "stalled": case_stalled, "json": case_json}
+         "stalled": case_stalled, "json": case_json,
+         "slo": case_slo}
 
 
 def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
-    env.daemon_proc = env.daemon()
+    env.daemon_proc = env.daemon("slo" if case == "slo" else "fill")
     train = filler = None
     try:
-        train, filler = start_jobs(env)
+        train, filler = start_jobs(env, slo=case == "slo")
         CASES[case](env, train, filler)
     finally:
         for p in (train, filler):

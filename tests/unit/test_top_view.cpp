@@ -69,6 +69,24 @@ TEST_CASE("top: no rates from one document, nor across a restarted daemon's coun
   CHECK(view["processes"][0]["launches_per_s"].is_null());
 }
 
+TEST_CASE("top: online inference's GPU time is its requests times the time one takes", "[top]") {
+  json before = document(0, 0, 100), after = document(0, 0, 200);
+  for (json* d : {&before, &after}) {
+    (*d)["clients"][1]["role"] = "inference";
+    (*d)["gpus"][0]["slots"][1]["request_ms"] = 10.0;
+  }
+  before["gpus"][0]["slots"][1]["requests"] = 100;
+  after["gpus"][0]["slots"][1]["requests"] = 120;  // 20 requests of 10 ms in 2 s: 0.2 s
+  after["gpus"][0]["slots"][1]["launches"] = 85;
+  json g = top_view(before, after, 2.0)["gpus"][0];
+  CHECK(g["bubble_use"].get<double>() == Approx(0.4));  // of 0.5 s idle
+  after["daemon"]["policy"] = "slo";  // not waiting for bubbles: no share of them
+  CHECK(top_view(before, after, 2.0)["gpus"][0]["bubble_use"].is_null());
+  after["daemon"]["policy"] = "fill";
+  after["gpus"][0]["slots"][1]["request_ms"] = 0.0;  // no request time learned yet: unknown, not 0
+  CHECK(top_view(before, after, 2.0)["gpus"][0]["bubble_use"].is_null());
+}
+
 TEST_CASE("top: the SLO target and latency of online inference", "[top]") {
   json doc = document(0, 0, 0);
   doc["clients"][1]["role"] = "inference";
