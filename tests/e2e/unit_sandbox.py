@@ -1,7 +1,8 @@
 """Runs a command as a systemd unit's [Service] section would, without systemd (a container
 has no systemd as PID 1): the unit's user and group, no capabilities beyond its bounding set,
 no new privileges, its umask and descriptor limit, its runtime directory, and the file-system
-protections that are mounts (ProtectSystem=strict, ProtectHome, PrivateTmp, PrivateDevices),
+protections that are mounts (ProtectSystem=strict, ProtectHome, PrivateTmp, PrivateDevices,
+ProcSubset=pid),
 in a private mount namespace. What is seccomp or a kernel namespace of another kind
 (RestrictAddressFamilies, SystemCallArchitectures, MemoryDenyWriteExecute, Protect*Kernel*,
 ...) is not emulated: `EMULATED` names what is. Needs root and util-linux (unshare, setpriv)."""
@@ -14,7 +15,7 @@ import subprocess
 # The [Service] keys applied here; any other key of the unit is left to systemd.
 EMULATED = {"ExecStart", "User", "Group", "CapabilityBoundingSet", "AmbientCapabilities", "NoNewPrivileges",
             "RuntimeDirectory", "RuntimeDirectoryMode", "UMask", "ProtectSystem", "ProtectHome", "PrivateTmp",
-            "PrivateDevices", "LimitNOFILE"}
+            "PrivateDevices", "ProcSubset", "LimitNOFILE"}
 # What PrivateDevices=yes leaves in /dev (systemd.exec(5)).
 PRIVATE_DEVICES = ["null", "zero", "full", "random", "urandom", "tty"]
 
@@ -68,6 +69,8 @@ def sandbox_script(service):
             lines += [f"touch \"$devs/{d}\"", f"mount --bind /dev/{d} \"$devs/{d}\""]
         lines += ["mkdir \"$devs/shm\" \"$devs/pts\"", "mount --rbind /dev/shm \"$devs/shm\"",
                   "mount --move \"$devs\" /dev"]
+    if service.get("ProcSubset") == "pid":  # a procfs of the processes only
+        lines.append("mount -t proc -o subset=pid,nosuid,nodev,noexec proc /proc")
     if yes(service, "PrivateTmp"):
         lines += ["mount -t tmpfs -o mode=1777 tmpfs /tmp", "mount -t tmpfs -o mode=1777 tmpfs /var/tmp"]
     if yes(service, "ProtectHome"):
