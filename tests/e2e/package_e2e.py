@@ -7,15 +7,17 @@
            nothing of the simulated driver, the examples or the tests; the unit names the
            installed tandemd and its configuration
   deb      `cpack -G DEB` makes the package; `dpkg -i` installs it (the group `tandem` exists,
-           the configuration is a conffile, `systemd-analyze verify` accepts the unit when that
-           tool is present); tandemd runs as the unit would (its user, group, capabilities,
-           runtime directory and file-system protections: unit_sandbox.py) and serves a hooked
-           train-sim on the simulated GPU through /run/tandem/tandemd.sock, which
+           the configuration is a conffile, `systemd-analyze verify` accepts the unit and
+           `systemd-analyze security` rates its exposure at most 2.0, when that tool is
+           present); tandemd runs as the unit would (its user, group, capabilities, runtime
+           directory, file-system protections and syscall filter: unit_sandbox.py) and serves
+           a hooked train-sim on the simulated GPU through /run/tandem/tandemd.sock, which
            /usr/bin/tandemctl shows; a second local user in the group tandem registers as
-           training, outside it cannot connect (not even as batch-inference) and runs unmanaged; `dpkg -r` leaves only the conffile, `dpkg --purge` leaves
-           nothing, not the group either. Also: deploy/docker/install-preload.sh, which the
-           Dockerfile runs, puts only the library (and PyTorch's helper) from the package into
-           an image's root and lists it once in its /etc/ld.so.preload
+           training, outside it cannot connect (not even as batch-inference) and runs
+           unmanaged; `dpkg -r` leaves only the conffile, `dpkg --purge` leaves nothing, not
+           the group either. Also: deploy/docker/install-preload.sh, which the Dockerfile
+           runs, puts only the library (and PyTorch's helper) from the package into an
+           image's root and lists it once in its /etc/ld.so.preload
 
 `deb` needs root (dpkg, mounts); otherwise it prints why and exits 77 (ctest: skipped). Its
 /run/tandem is a private tmpfs of the test's own mount namespace, so a tandemd of the host is
@@ -42,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 UNIT = "/usr/lib/systemd/system/tandemd.service"
 CONFIG = "/etc/tandem/tandemd.json"
 LIBRARY = "/usr/lib/tandem/libtandem.so"
+EXPOSURE_MAX = 20  # systemd-analyze security's --threshold: its exposure level times 10
 
 
 def expected_files():
@@ -193,6 +196,12 @@ def verify_unit():
     r = subprocess.run(["systemd-analyze", "verify", "--man=no", UNIT], capture_output=True, text=True, timeout=60)
     check(r.returncode == 0 and not (r.stdout + r.stderr).strip(),
           f"systemd-analyze verify {UNIT}: no complaint {(r.stdout + r.stderr)[-800:]}")
+    # systemd's own score of the sandbox (0 best, 10 worst) must not get worse than 2.0.
+    r = subprocess.run(["systemd-analyze", "security", "--offline=yes", f"--threshold={EXPOSURE_MAX}", UNIT],
+                       capture_output=True, text=True, timeout=60)
+    overall = [l for l in r.stdout.splitlines() if "Overall exposure" in l]
+    check(r.returncode == 0 and overall, f"systemd-analyze security: {overall[-1] if overall else r.stderr[-300:]} "
+                                         f"(at most {EXPOSURE_MAX / 10})")
 
 
 def seen_roles(pid):
@@ -243,7 +252,15 @@ def run_unit_case(build):
     os.makedirs("/run/tandem", exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run/tandem"], check=True)
     print("not emulated (left to systemd):", ", ".join(unit_sandbox.not_emulated(UNIT)))
-    d = unit_sandbox.start_unit(UNIT, stderr=subprocess.PIPE, text=True)
+    why_not = unit_sandbox.seccomp_available()
+    syscalls = None if why_not else unit_sandbox.allowed_syscalls(UNIT)
+    if why_not:
+        print(f"skip the syscall filter: {why_not}")
+    else:
+        check(syscalls and "memfd_create" in syscalls and "chown" in syscalls,
+              f"the unit's SystemCallFilter= allows {len(syscalls or [])} syscalls; tandemd runs under it "
+              "(anything else kills it)")
+    d = unit_sandbox.start_unit(UNIT, syscalls, stderr=subprocess.PIPE, text=True)
     sock = "/run/tandem/tandemd.sock"
     try:
         check(wait_for(lambda: os.path.exists(sock), 10), f"tandemd made {sock}")
@@ -261,6 +278,9 @@ def run_unit_case(build):
               f"CapBnd {status['CapBnd'].strip()}, NoNewPrivs {status['NoNewPrivs'].strip()})")
         with open(f"/proc/{d.pid}/mountinfo") as f:
             mounts = {l.split()[4]: (l.split()[5].split(",")[0], l.split(" - ")[1].split()[0]) for l in f}
+        with open(f"/proc/{d.pid}/mountinfo") as f:
+            proc_options = [l.split(" - ")[1].split()[2] for l in f if l.split()[4] == "/proc"]
+        check(proc_options and "subset=pid" in proc_options[-1], f"its /proc holds processes only: {proc_options}")
         check(mounts["/"][0] == "ro" and mounts["/tmp"] == ("rw", "tmpfs") and mounts["/run/tandem"][0] == "rw",
               f"in tandemd's mount namespace / is read-only, /tmp private, /run/tandem writable "
               f"(/ {mounts['/']}, /tmp {mounts['/tmp']}, /run/tandem {mounts['/run/tandem']})")
@@ -273,6 +293,13 @@ def run_unit_case(build):
         roles = wait_for(lambda: seen_roles(p.pid), 20)
         check(roles == ["training"],
               f"/usr/bin/tandemctl status shows train-sim (pid {p.pid}) launching in a GPU slot as training: {roles}")
+        status = json.loads(subprocess.run(["/usr/bin/tandemctl", "status", "--json"], capture_output=True,
+                                           text=True, timeout=10).stdout)
+        cgroups = [c["container"]["cgroup"] for c in status["clients"] if c["pid"] == p.pid]
+        with open(f"/proc/{p.pid}/cgroup") as f:
+            own = f.read()
+        check(cgroups and cgroups[0] and cgroups[0] in own,
+              f"tandemd read its cgroup through the restricted /proc: {cgroups}")
         p.kill()
         p.wait()
         group_members(build, env, gid)

@@ -1,20 +1,24 @@
 """Runs a command as a systemd unit's [Service] section would, without systemd (a container
 has no systemd as PID 1): the unit's user and group, no capabilities beyond its bounding set,
 no new privileges, its umask and descriptor limit, its runtime directory, and the file-system
-protections that are mounts (ProtectSystem=strict, ProtectHome, PrivateTmp, PrivateDevices),
-in a private mount namespace. What is seccomp or a kernel namespace of another kind
-(RestrictAddressFamilies, SystemCallArchitectures, MemoryDenyWriteExecute, Protect*Kernel*,
-...) is not emulated: `EMULATED` names what is. Needs root and util-linux (unshare, setpriv)."""
+protections that are mounts (ProtectSystem=strict, ProtectHome, PrivateTmp, PrivateDevices,
+ProcSubset=pid),
+in a private mount namespace, and its SystemCallFilter= as a seccomp filter (when systemd's
+tools and Python's seccomp module are there). What else is seccomp or a kernel namespace of
+another kind (RestrictAddressFamilies, MemoryDenyWriteExecute, Protect*Kernel*, ...) is not
+emulated: `EMULATED` names what is. Needs root and util-linux (unshare, setpriv)."""
 import grp
 import os
 import pwd
 import shlex
+import shutil
 import subprocess
 
 # The [Service] keys applied here; any other key of the unit is left to systemd.
 EMULATED = {"ExecStart", "User", "Group", "CapabilityBoundingSet", "AmbientCapabilities", "NoNewPrivileges",
             "RuntimeDirectory", "RuntimeDirectoryMode", "UMask", "ProtectSystem", "ProtectHome", "PrivateTmp",
-            "PrivateDevices", "LimitNOFILE"}
+            "PrivateDevices", "ProcSubset", "LimitNOFILE", "SystemCallFilter", "SystemCallArchitectures",
+            "SystemCallErrorNumber"}
 # What PrivateDevices=yes leaves in /dev (systemd.exec(5)).
 PRIVATE_DEVICES = ["null", "zero", "full", "random", "urandom", "tty"]
 
@@ -58,7 +62,56 @@ def prepare_runtime_directory(service):
     return path
 
 
-def sandbox_script(service):
+# Runs in the sandbox after setpriv: loads a seccomp filter allowing the syscalls named in
+# argv[1], separated by spaces (the unit's SystemCallFilter=, expanded by systemd itself), native architecture only
+# (SystemCallArchitectures=native), then executes the rest of argv. Anything else kills the
+# process, stricter than a SystemCallErrorNumber= would be, so that a missing syscall shows.
+SECCOMP_EXEC = """
+import os, sys, seccomp
+f = seccomp.SyscallFilter(defaction=seccomp.KILL_PROCESS)
+for name in sys.argv[1].split():
+    try:
+        f.add_rule(seccomp.ALLOW, name)
+    except (RuntimeError, ValueError, OSError):
+        pass  # a syscall of another architecture
+f.load()
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def syscall_groups():
+    """systemd's syscall groups ({'@name': [entries]}), from `systemd-analyze syscall-filter`."""
+    out = subprocess.run(["systemd-analyze", "syscall-filter"], capture_output=True, text=True, check=True).stdout
+    groups, current = {}, None
+    for line in out.splitlines():
+        if line.startswith("@"):
+            current = groups.setdefault(line.split()[0], [])
+        elif current is not None and line.strip() and not line.strip().startswith("#"):
+            current.append(line.split()[0])
+    return groups
+
+
+def expand_syscalls(spec, groups):
+    """The syscall names a SystemCallFilter= allow-list names (groups expanded)."""
+    names, todo = set(), spec.split()
+    while todo:
+        item = todo.pop()
+        if item.startswith("@"):
+            todo += [i for i in groups.get(item, []) if i not in names]
+        names.add(item)
+    return sorted(n for n in names if not n.startswith("@"))
+
+
+def seccomp_available():
+    """Why the syscall filter cannot be emulated, or None when it can."""
+    if not shutil.which("systemd-analyze"):
+        return "systemd-analyze is not installed (Debian's systemd package)"
+    if subprocess.run(["/usr/bin/python3", "-c", "import seccomp"], capture_output=True).returncode != 0:
+        return "Python's seccomp module is not installed (Debian's python3-seccomp)"
+    return None
+
+
+def sandbox_script(service, syscalls=None):
     """A shell script to run in a new mount namespace: the mounts, then exec of ExecStart
     under setpriv with the unit's credentials."""
     lines = ["set -e"]
@@ -68,6 +121,8 @@ def sandbox_script(service):
             lines += [f"touch \"$devs/{d}\"", f"mount --bind /dev/{d} \"$devs/{d}\""]
         lines += ["mkdir \"$devs/shm\" \"$devs/pts\"", "mount --rbind /dev/shm \"$devs/shm\"",
                   "mount --move \"$devs\" /dev"]
+    if service.get("ProcSubset") == "pid":  # a procfs of the processes only
+        lines.append("mount -t proc -o subset=pid,nosuid,nodev,noexec proc /proc")
     if yes(service, "PrivateTmp"):
         lines += ["mount -t tmpfs -o mode=1777 tmpfs /tmp", "mount -t tmpfs -o mode=1777 tmpfs /var/tmp"]
     if yes(service, "ProtectHome"):
@@ -99,17 +154,27 @@ def sandbox_script(service):
         setpriv.append("--ambient-caps=-all")
     if yes(service, "NoNewPrivileges"):
         setpriv.append("--no-new-privs")
+    if syscalls:
+        setpriv += ["/usr/bin/python3", "-c", SECCOMP_EXEC, " ".join(syscalls)]
     lines.append("exec " + " ".join(shlex.quote(a) for a in setpriv) + " " + service["ExecStart"])
     return "\n".join(lines)
 
 
-def start_unit(unit_path, **popen):
+def start_unit(unit_path, syscalls=None, **popen):
     """Starts the unit's ExecStart in its sandbox; the Popen. The runtime directory is made in
-    the caller's mount namespace, where its clients find it."""
+    the caller's mount namespace, where its clients find it. With `syscalls` (allowed_syscalls),
+    under that syscall filter."""
     service = read_service(unit_path)
     prepare_runtime_directory(service)
-    return subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", sandbox_script(service)],
-                            **popen)
+    return subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                             sandbox_script(service, syscalls)], **popen)
+
+
+def allowed_syscalls(unit_path):
+    """The syscalls the unit's SystemCallFilter= allows (systemd's groups expanded), or None
+    when it has none."""
+    spec = read_service(unit_path).get("SystemCallFilter")
+    return expand_syscalls(spec, syscall_groups()) if spec else None
 
 
 def not_emulated(unit_path):
