@@ -26,7 +26,8 @@ namespace {
 using memory::ChunkPool;
 using memory::GrantedChunk;
 
-// The pool's driver calls, all made under the pool's lock (so the state here needs none).
+// The pool's driver calls. The zero stream is used under the chunk lock only; markers are
+// recorded and recycled under the allocation lock only (so the state here needs no lock).
 class RealPoolDriver final : public memory::PoolDriver {
  public:
   explicit RealPoolDriver(CUdevice device) : device_(device) {
@@ -68,23 +69,23 @@ class RealPoolDriver final : public memory::PoolDriver {
     return true;
   }
   bool map(uint64_t va, uint64_t bytes, uint64_t handle) override {
-    if (g_real.cuMemMap(va, bytes, 0, handle, 0) != CUDA_SUCCESS) return false;
-    if (g_real.cuMemSetAccess(va, bytes, &access_, 1) == CUDA_SUCCESS) return true;
-    g_real.cuMemUnmap(va, bytes);
-    return false;
+    return g_real.cuMemMap(va, bytes, 0, handle, 0) == CUDA_SUCCESS;
+  }
+  bool set_access(uint64_t va, uint64_t bytes) override {
+    return g_real.cuMemSetAccess(va, bytes, &access_, 1) == CUDA_SUCCESS;
   }
   void unmap(uint64_t va, uint64_t bytes) override { g_real.cuMemUnmap(va, bytes); }
   void release(uint64_t handle) override { g_real.cuMemRelease(handle); }
-  // On a stream of the pool's own, waited for: the application's streams (non-blocking ones
-  // included) must see zeros from their first use.
-  bool zero(uint64_t va, uint64_t bytes) override {
+  // On a stream of the pool's own, on the GPU; zero_wait() waits for them all: the
+  // application's streams (non-blocking ones included) must see zeros from their first use.
+  bool zero_async(uint64_t va, uint64_t bytes) override {
     if (!zero_stream_ && g_real.cuStreamCreate(&zero_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
       zero_stream_ = nullptr;
       return false;
     }
-    return g_real.cuMemsetD8Async(va, 0, bytes, zero_stream_) == CUDA_SUCCESS &&
-           g_real.cuStreamSynchronize(zero_stream_) == CUDA_SUCCESS;
+    return g_real.cuMemsetD8Async(va, 0, bytes, zero_stream_) == CUDA_SUCCESS;
   }
+  bool zero_wait() override { return !zero_stream_ || g_real.cuStreamSynchronize(zero_stream_) == CUDA_SUCCESS; }
   void* record(void* stream, bool per_thread) override {
     CUevent e = nullptr;
     if (!events_.empty()) {
@@ -198,7 +199,6 @@ class DaemonBroker final : public memory::PoolBroker {
 std::mutex g_init_mutex;
 std::atomic<int> g_state{0};  // 0: not set up yet, 1: serving, -1: off
 ChunkPool* g_pool = nullptr;  // set once, never destroyed (frees may come during exit)
-std::atomic<uint64_t> g_handovers{0}, g_handover_ns_max{0}, g_handover_ns_total{0};
 uint64_t g_watermark = 0;  // TANDEM_MEM_WATERMARK in bytes, read at set-up
 
 void turn_off(const char* why) {
@@ -285,24 +285,16 @@ bool pool_serves() noexcept {
 
 uint64_t pool_charge(uint64_t bytes) noexcept { return memory::RangeAllocator::rounded(bytes ? bytes : 1); }
 
+// The fast path: no system call, no lock the progress thread takes, no daemon (chunk_pool.h).
 CUdeviceptr pool_allocate(uint64_t bytes) noexcept {
   try {
-    uint64_t received = g_pool->chunks_received();
-    uint64_t start = monotonic_ns();
-    uint64_t ptr = g_pool->allocate(bytes);
-    if (ptr && g_pool->chunks_received() > received) {  // memory that changed owner
-      uint64_t took = monotonic_ns() - start;
-      g_handovers.fetch_add(1, std::memory_order_relaxed);
-      g_handover_ns_total.fetch_add(took, std::memory_order_relaxed);
-      uint64_t max = g_handover_ns_max.load(std::memory_order_relaxed);
-      while (took > max && !g_handover_ns_max.compare_exchange_weak(max, took)) {
-      }
-    }
-    return ptr;
+    return g_pool->allocate(bytes);
   } catch (...) {
     return 0;
   }
 }
+
+uint64_t pool_idle_bytes() noexcept { return g_state.load(std::memory_order_acquire) > 0 ? g_pool->idle_bytes() : 0; }
 
 bool pool_owns(CUdeviceptr ptr) noexcept { return g_state.load(std::memory_order_acquire) > 0 && g_pool->owns(ptr); }
 
@@ -318,7 +310,7 @@ void pool_tick() noexcept {
   if (g_state.load(std::memory_order_acquire) <= 0) return;
   try {
     uint64_t held = 0, live = 0;
-    if (!g_pool->try_usage(held, live)) return;
+    g_pool->usage(held, live);
     uint64_t quota = memory_quota();
     if (quota && held > quota) {  // tandemd lowered the quota: give back what is idle
       uint64_t start = monotonic_ns();
@@ -342,9 +334,6 @@ void pool_tick() noexcept {
 void pool_after_fork_child() noexcept {
   new (&g_init_mutex) std::mutex();  // only this thread exists in the child
   g_pool = nullptr;                  // the parent's, left as it is (never destroyed anyway)
-  g_handovers.store(0);
-  g_handover_ns_max.store(0);
-  g_handover_ns_total.store(0);
   g_state.store(0, std::memory_order_release);
 }
 
@@ -353,9 +342,6 @@ PoolFigures pool_figures() noexcept {
   if (g_state.load(std::memory_order_acquire) <= 0) return f;
   f.on = true;
   f.pool = g_pool->stats();
-  f.handovers = g_handovers.load(std::memory_order_relaxed);
-  f.handover_ns_max = g_handover_ns_max.load(std::memory_order_relaxed);
-  f.handover_ns_total = g_handover_ns_total.load(std::memory_order_relaxed);
   return f;
 }
 
