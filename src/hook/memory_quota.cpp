@@ -1,5 +1,6 @@
 #include "memory_quota.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <new>
@@ -7,6 +8,7 @@
 #include "counters.h"
 #include "daemon_link.h"
 #include "log.h"
+#include "pool_backend.h"
 #include "real_driver.h"
 #include "settings.h"
 
@@ -57,15 +59,24 @@ uint64_t memory_quota() noexcept {
   return env_quota();
 }
 
-bool quota_memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes) noexcept {
-  uint64_t quota = memory_quota();
-  if (!quota) return false;
-  uint64_t used = memory_counters().bytes_in_use.load(std::memory_order_relaxed);
+bool memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes, uint64_t quota, uint64_t in_use,
+                 uint64_t idle_pooled) noexcept {
+  if (!quota && !idle_pooled) return false;
+  // At most what the device counts as used: the idle chunks are part of it.
+  uint64_t idle = std::min(idle_pooled, total_bytes - std::min(total_bytes, free_bytes));
+  free_bytes += idle;
+  used_bytes -= std::min(used_bytes, idle);
+  if (!quota) return true;
   if (quota < total_bytes) total_bytes = quota;
-  uint64_t left = total_bytes > used ? total_bytes - used : 0;
+  uint64_t left = total_bytes > in_use ? total_bytes - in_use : 0;
   if (left < free_bytes) free_bytes = left;
-  used_bytes = used;
+  used_bytes = in_use;
   return true;
+}
+
+bool quota_memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes) noexcept {
+  return memory_view(free_bytes, total_bytes, used_bytes, memory_quota(),
+                     memory_counters().bytes_in_use.load(std::memory_order_relaxed), pool_idle_bytes());
 }
 
 bool charge_memory(uint64_t bytes) noexcept {

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "daemon_limits.h"
+#include "futex.h"
 #include "json_fields.h"
 #include "log.h"
 #include "server.h"
@@ -208,9 +209,11 @@ void Server::give_back_to_training(const std::string& gpu_uuid) {
   }
 }
 
+// The process hears of it at once: its progress thread waits on memory_wake between ticks.
 void Server::set_quota(Client& client, uint64_t bytes) {
-  tandem_shm_header* shm = gpu(client.gpu)->segment().shm();
-  __atomic_store_n(&shm->slots[client.slot].assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
+  tandem_slot& slot = gpu(client.gpu)->segment().shm()->slots[client.slot];
+  __atomic_store_n(&slot.assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
+  futex_bump_and_wake(&slot.memory_wake);
 }
 
 void Server::pool_tick(uint64_t now_ns) {
