@@ -126,12 +126,29 @@ class DaemonBroker final : public memory::PoolBroker {
     std::string reason;
     uint64_t id = 0;
   };
+  static void close_all(const int* fds, size_t count) {
+    for (size_t i = 0; i < count; ++i) close(fds[i]);
+  }
   // Parses a reply; false when it belongs to another request (dropped).
-  static bool ours(const Replies& r, const std::string& payload, int fd, nlohmann::json& j) {
+  static bool ours(const Replies& r, const std::string& payload, const int* fds, size_t count, nlohmann::json& j) {
     j = nlohmann::json::parse(payload, nullptr, false);
     if (j.is_object() && j.value("seq", uint64_t{0}) == r.seq) return true;
-    if (fd >= 0) close(fd);
+    close_all(fds, count);
     return false;
+  }
+  // The chunks of a pool_chunk reply: one {"id"} and its fd, or (a batch) {"ids"} and an fd
+  // per id. False, every fd closed, when they do not match.
+  static bool take_chunks(Replies& r, const nlohmann::json& j, const int* fds, size_t count) {
+    std::vector<uint64_t> ids;
+    if (j.contains("ids") && j["ids"].is_array()) {
+      for (const auto& id : j["ids"])
+        if (id.is_number_unsigned()) ids.push_back(id.get<uint64_t>());
+    } else if (j.contains("id") && j["id"].is_number_unsigned()) {
+      ids.push_back(j["id"].get<uint64_t>());
+    }
+    if (!count || ids.size() != count) return close_all(fds, count), false;
+    for (size_t i = 0; i < count; ++i) r.chunks.push_back(GrantedChunk{fds[i], ids[i]});
+    return true;
   }
 
  public:
@@ -140,21 +157,23 @@ class DaemonBroker final : public memory::PoolBroker {
   std::vector<GrantedChunk> acquire(uint64_t bytes, uint64_t chunk_bytes) override {
     Replies replies;
     replies.seq = ++seq_;
-    auto on_reply = [](uint32_t type, const std::string& payload, int fd, void* user) {
+    auto on_reply = [](uint32_t type, const std::string& payload, const int* fds, size_t count, void* user) {
       auto& r = *static_cast<Replies*>(user);
       nlohmann::json j;
-      if (!ours(r, payload, fd, j)) return true;  // keep reading for ours
-      if (type == static_cast<uint32_t>(MessageType::pool_chunk) && fd >= 0) {
-        r.chunks.push_back(GrantedChunk{fd, j.value("id", uint64_t{0})});
+      if (!ours(r, payload, fds, count, j)) return true;  // keep reading for ours
+      if (type == static_cast<uint32_t>(MessageType::pool_chunk)) {
+        take_chunks(r, j, fds, count);
         return true;
       }
-      if (fd >= 0) close(fd);
+      close_all(fds, count);
       if (type == static_cast<uint32_t>(MessageType::pool_granted) && j.value("short_bytes", 0ull))
         r.reason = j.value("reason", std::string());
       return false;  // pool_granted (or anything unexpected) ends the answer
     };
     int wait_ms = static_cast<int>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS));
-    nlohmann::json request = {{"bytes", bytes}, {"chunk_bytes", chunk_bytes}, {"seq", replies.seq}, {"wait_ms", wait_ms}};
+    // "batch": many chunks to a message (a handover's cost does not grow a message per chunk).
+    nlohmann::json request = {{"bytes", bytes}, {"chunk_bytes", chunk_bytes}, {"seq", replies.seq},
+                              {"wait_ms", wait_ms}, {"batch", true}};
     int timeout_ms = wait_ms + 1000;  // tandemd answers by wait_ms
     uint64_t start = monotonic_ns();
     daemon_exchange(static_cast<uint32_t>(MessageType::pool_acquire), request.dump(), -1, timeout_ms, on_reply,
@@ -168,11 +187,11 @@ class DaemonBroker final : public memory::PoolBroker {
   uint64_t register_chunk(int fd, uint64_t bytes) override {
     Replies replies;
     replies.seq = ++seq_;
-    auto on_reply = [](uint32_t type, const std::string& payload, int passed, void* user) {
+    auto on_reply = [](uint32_t type, const std::string& payload, const int* fds, size_t count, void* user) {
       auto& r = *static_cast<Replies*>(user);
       nlohmann::json j;
-      if (!ours(r, payload, passed, j)) return true;
-      if (passed >= 0) close(passed);
+      if (!ours(r, payload, fds, count, j)) return true;
+      close_all(fds, count);
       if (type == static_cast<uint32_t>(MessageType::pool_registered)) r.id = j.value("id", uint64_t{0});
       return false;
     };
@@ -184,10 +203,10 @@ class DaemonBroker final : public memory::PoolBroker {
   void release(const std::vector<uint64_t>& ids) override {
     Replies replies;
     replies.seq = ++seq_;
-    auto on_reply = [](uint32_t, const std::string& payload, int passed, void* user) {
+    auto on_reply = [](uint32_t, const std::string& payload, const int* fds, size_t count, void* user) {
       nlohmann::json j;
-      if (!ours(*static_cast<Replies*>(user), payload, passed, j)) return true;
-      if (passed >= 0) close(passed);
+      if (!ours(*static_cast<Replies*>(user), payload, fds, count, j)) return true;
+      close_all(fds, count);
       return false;
     };
     // Not linked (tandemd went away): its descriptors went with it; the chunks are gone.
