@@ -47,6 +47,7 @@ std::mutex g_pressure_mutex;  // the callback and its argument change together
 MemoryPressureFn g_pressure_fn = nullptr;
 void* g_pressure_user = nullptr;
 uint64_t g_last_pressure_ns = 0;                   // progress thread only
+uint64_t g_last_pressure_quota = 0;                // the quota the callback was last told of
 constexpr uint64_t kPressureInterval = 100000000;  // 100 ms: time to release, no spamming
 
 }  // namespace
@@ -117,14 +118,22 @@ void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept {
 void memory_quota_after_fork_child() noexcept {
   new (&g_pressure_mutex) std::mutex();
   g_last_pressure_ns = 0;
+  g_last_pressure_quota = 0;
+}
+
+bool pressure_due(uint64_t now_ns, uint64_t quota, uint64_t used, uint64_t last_ns, uint64_t last_quota) noexcept {
+  if (!quota || used <= quota) return false;
+  // A quota lowered again (tandemd wants more back) is told at once, whatever the interval.
+  return now_ns >= last_ns + kPressureInterval || quota != last_quota;
 }
 
 void memory_pressure_tick(uint64_t now_ns) noexcept {
   uint64_t quota = memory_quota();
   MemoryCounters& m = memory_counters();
   uint64_t used = m.bytes_in_use.load(std::memory_order_relaxed);
-  if (!quota || used <= quota || now_ns < g_last_pressure_ns + kPressureInterval) return;
+  if (!pressure_due(now_ns, quota, used, g_last_pressure_ns, g_last_pressure_quota)) return;
   g_last_pressure_ns = now_ns;
+  g_last_pressure_quota = quota;
   // Held while the callback runs, so that a callback being replaced is never called after
   // set_memory_pressure_callback returned; the callback must not register another.
   std::lock_guard<std::mutex> lock(g_pressure_mutex);

@@ -150,3 +150,14 @@ TEST_CASE("memory view: the process's own idle pooled chunks count as free", "[m
   REQUIRE(memory_view(free, total, used, 0, 0, 4 * G));
   CHECK((free == 80 * G && used == 0));
 }
+
+TEST_CASE("memory pressure: told every 100 ms while over the quota, at once when the quota changes", "[memory]") {
+  using tandem::hook::pressure_due;
+  constexpr uint64_t ms = 1000000;
+  CHECK_FALSE(pressure_due(1000 * ms, 0, 64 * kMiB, 0, 0));               // no quota
+  CHECK_FALSE(pressure_due(1000 * ms, 64 * kMiB, 64 * kMiB, 0, 0));       // not over it
+  CHECK(pressure_due(1000 * ms, 32 * kMiB, 64 * kMiB, 0, 0));             // over it: the first call
+  CHECK_FALSE(pressure_due(1050 * ms, 32 * kMiB, 64 * kMiB, 1000 * ms, 32 * kMiB));  // 50 ms later, same quota
+  CHECK(pressure_due(1100 * ms, 32 * kMiB, 64 * kMiB, 1000 * ms, 32 * kMiB));        // 100 ms later
+  CHECK(pressure_due(1010 * ms, 16 * kMiB, 64 * kMiB, 1000 * ms, 32 * kMiB));        // lowered again: at once
+}
