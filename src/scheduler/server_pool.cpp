@@ -65,7 +65,7 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
 // up to kChunksPerMessage chunks a message, so a handover's cost hardly grows with its chunks;
 // the others one a message.
 bool Server::send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq, bool batch) {
-  constexpr size_t kChunksPerMessage = 32;  // the hook's kMaxReplyFds
+  constexpr size_t kChunksPerMessage = 64;  // the hook's kMaxReplyFds
   if (!client.out.empty() && !client.out.flush(client.fd)) return false;
   const size_t per_message = batch ? kChunksPerMessage : 1;
   for (size_t at = 0; at < chunks.size(); at += per_message) {
