@@ -64,7 +64,10 @@ struct tandem_slot {
   uint32_t requests_open;       /* online inference: requests begun and not yet ended */
   uint32_t slo_us;              /* online inference: its latency target */
   uint64_t request_activity_ns; /* CLOCK_MONOTONIC of its last request begin or end */
-  uint8_t reserved[56];
+  uint32_t memory_wake; /* futex word: the daemon increments it (and wakes the client's progress
+                           thread) when it changed assigned_quota_bytes, so that a process asked to
+                           give memory back answers at once, not at its next tick */
+  uint8_t reserved[52];
 };
 
 /* What one client writes: its own page, separate from the GPU's segment. */

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "daemon_limits.h"
+#include "futex.h"
 #include "json_fields.h"
 #include "log.h"
 #include "settings.h"
@@ -127,6 +128,7 @@ bool Server::handle_quota(Client& client, const std::string& payload) {
     if (size.is_percent && !shm->gpu_total_bytes)
       return reply_error(client, EAGAIN, "the size of GPU " + c.gpu + " is not known yet; give bytes");
     __atomic_store_n(&shm->slots[c.slot].assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
+    futex_bump_and_wake(&shm->slots[c.slot].memory_wake);  // a lowered quota is answered at once
     TANDEM_LOG_INFO("memory quota of pid {} set to {} bytes by pid {}", pid, bytes, client.pid);
     return reply(client, MessageType::quota_reply,
                         nlohmann::json{{"pid", pid}, {"bytes", bytes}, {"gpu", c.gpu}}.dump());

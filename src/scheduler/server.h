@@ -93,7 +93,7 @@ class Server {
   bool handle_pool_register(Client& client, const std::string& payload);
   bool handle_pool_acquire(Client& client, const std::string& payload);
   bool handle_pool_release(Client& client, const std::string& payload);
-  bool send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq);
+  bool send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq, bool batch);
   // Serves waiting acquisitions from free chunks; answers those past their deadline.
   void serve_pool_waits(uint64_t now_ns);
   // SIRIUS's InferRelease on the daemon's side: free memory beyond W goes back to training.
@@ -130,6 +130,7 @@ class Server {
     uint64_t seq, chunk_bytes;
     uint32_t wanted, given;
     uint64_t started_ns, deadline_ns;
+    bool batch = false;  // the client takes many chunks to a pool_chunk message
   };
   std::vector<PoolWait> pool_waits_;
   struct PoolFigures {
