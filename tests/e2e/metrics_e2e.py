@@ -6,6 +6,10 @@ usage: metrics_e2e.py BUILD_DIR CASE
                   passes `promtool check metrics`, and its key series are there with sane values
                   (the processes by their pids, launches, gate waits, tokens, bubbles, bubble use,
                   training retained, memory, tick time)
+  slo             under policy slo with online inference: its target, latency percentile and
+                  requests, training's duty cycle and the controller's periods
+  pool            the memory pool (elastic training, inference loading models): handovers, their
+                  durations (histogram), chunks held by the inference process, its quota
   prometheus      a real Prometheus scrapes tandemd on a free port; a tandem series is read back
                   through its HTTP query API (/api/v1/query)
   hostile-scraper slow, silent, oversized, malformed and flooding scrapers at once, beside a
@@ -51,11 +55,13 @@ def need(tool):
     return path
 
 
-def start_daemon(env, *args, metrics="127.0.0.1:0"):
-    """tandemd with a metrics endpoint; returns (process, "HOST:PORT" it bound)."""
+def start_daemon(env, *args, metrics="127.0.0.1:0", **settings):
+    """tandemd with a metrics endpoint (keyword arguments: TANDEM_* settings); returns
+    (process, "HOST:PORT" it bound)."""
     extra = ["--metrics", metrics] if metrics else []
     d = subprocess.Popen([os.path.join(env.build, "bin", "tandemd"), "--foreground", "--socket", env.socket,
-                          "--log", "warn", *extra, *args], env=env.base, stderr=subprocess.PIPE, text=True)
+                          "--log", "warn", *extra, *args], env=dict(env.base, **settings), stderr=subprocess.PIPE,
+                         text=True)
     status = wait_for(lambda: os.path.exists(env.socket) and env.status(), 5)
     if not status:
         stop(d)
@@ -138,6 +144,79 @@ def case_promtool(env):
         check(types.get("tandem_pool_handover_duration_seconds") == "histogram", "the handover histogram is announced")
         finish(train)
         finish(filler)
+    finally:
+        stop(d)
+
+
+def check_page(page):
+    r = subprocess.run([need("promtool"), "check", "metrics"], input=page, capture_output=True, text=True)
+    check(r.returncode == 0, f"promtool check metrics passes ({(r.stdout + r.stderr).strip()[:500] or 'no remarks'})")
+    return parse(page)[1]
+
+
+def case_slo(env):
+    need("promtool")
+    d, address = start_daemon(env, "--policy", "slo")
+    try:
+        # Training with long host gaps, online inference at a rate it can serve, 20 ms target.
+        train = env.start("train-sim", "--seconds", "4", "--kernel-us", "200", "--compute-kernels", "100",
+                          "--comm-us", "500", "--gap-us", "11500", role="training")
+        infer = env.start("infer-sim", "--seconds", "3.5", "--rate", "100", "--kernel-us", "1000", role="inference",
+                          TANDEM_SLO_MS="20")
+        time.sleep(2.5)
+        samples = check_page(scrape(address)[2])
+        i = infer.pid
+        target = values(samples, "tandem_process_slo_target_seconds", pid=i, role="inference")
+        check(target == [0.02], f"inference pid {i}: its target, 20 ms ({target})")
+        latency = values(samples, "tandem_process_latency_seconds", pid=i)
+        n = values(samples, "tandem_process_latency_samples", pid=i)
+        check(latency and n and latency[0] > 0 and n[0] > 0, f"its latency percentile measured ({latency} s of {n} requests)")
+        requests = values(samples, "tandem_process_requests_total", pid=i)
+        check(requests and requests[0] > 50, f"its requests counted ({requests})")
+        gpu = next(l["gpu"] for n_, l, v in samples if n_ == "tandem_process_requests_total" and l["pid"] == str(i))
+        duty = values(samples, "tandem_slo_training_duty_ratio", gpu=gpu)
+        periods = values(samples, "tandem_slo_control_periods_total", gpu=gpu)
+        check(duty and 0.05 <= duty[0] <= 1, f"training's duty cycle in [0.05, 1] ({duty})")
+        check(periods and periods[0] >= 5, f"control periods run ({periods})")
+        kept = values(samples, "tandem_training_retained_ratio", gpu=gpu)
+        check(kept and 0 < kept[0] <= 1, f"training retained estimate in (0, 1] ({kept})")
+        check(values(samples, "tandem_build_info", policy="slo") == [1], "build_info names the policy")
+        finish(train)
+        finish(infer)
+    finally:
+        stop(d)
+
+
+def case_pool(env):
+    need("promtool")
+    pool = dict(TANDEM_MEM_POOL="1", TANDEM_MEM_CHUNK="32M", TANDEM_MEM_WATERMARK="32M", TANDEM_MEM_LIMIT="1G")
+    d, address = start_daemon(env, **pool)
+    try:
+        train = env.start("train-sim", "--seconds", "5", "--mem-mb", "64", "--sample-mb", "32", "--batch", "24",
+                          "--elastic", "--kernel-us", "200", "--compute-kernels", "50", "--comm-us", "500",
+                          "--gap-us", "5000", role="training", **pool)
+        time.sleep(1.5)  # training fills the quota first
+        infer = env.start("infer-sim", "--seconds", "3", "--rate", "0.1", "--burst", "0:40:1.5", "--models", "4",
+                          "--model-mb", "128", "--mem-mb", "0", "--idle-ms", "5000", role="inference", **pool)
+        # Scraped once tandemd has moved memory (or after 4 s).
+        page = wait_for(lambda: (lambda p: p if re.search(r"^tandem_pool_handovers_total\{.*\} [1-9]", p, re.M) else None)(
+            scrape(address)[2]), 4) or scrape(address)[2]
+        samples = check_page(page)
+        gpu = next(l["gpu"] for n, l, v in samples if n == "tandem_process_launches_total" and l["pid"] == str(train.pid))
+        handovers = values(samples, "tandem_pool_handovers_total", gpu=gpu)[0]
+        short = values(samples, "tandem_pool_short_answers_total", gpu=gpu)[0]
+        count = values(samples, "tandem_pool_handover_duration_seconds_count", gpu=gpu)[0]
+        total = values(samples, "tandem_pool_handover_duration_seconds_sum", gpu=gpu)[0]
+        check(handovers >= 1, f"memory moved from training to inference ({handovers:.0f} handovers)")
+        check(count == handovers + short and 0 < total < count * 2.5,
+              f"each handover's duration observed ({count:.0f} observations, {total * 1e3:.1f} ms in all)")
+        pooled = values(samples, "tandem_process_memory_pooled_bytes", pid=infer.pid)
+        check(pooled and pooled[0] >= 128 << 20, f"inference holds pool chunks ({pooled})")
+        check(values(samples, "tandem_pool_bytes", gpu=gpu)[0] >= pooled[0], "the pool's bytes include them")
+        quota = values(samples, "tandem_process_memory_quota_bytes", pid=infer.pid)
+        check(quota == [1 << 30], f"inference's quota, TANDEM_MEM_LIMIT=1G ({quota})")
+        finish(infer)
+        finish(train)
     finally:
         stop(d)
 
@@ -381,7 +460,7 @@ def case_names(env):
                                     f"(undocumented {sorted(set(types) - documented)}, not exported {sorted(documented - set(types))})")
 
 
-CASES = {"promtool": case_promtool, "prometheus": case_prometheus, "hostile-scraper": case_hostile_scraper,
+CASES = {"promtool": case_promtool, "slo": case_slo, "pool": case_pool, "prometheus": case_prometheus, "hostile-scraper": case_hostile_scraper,
          "config": case_config, "rules": case_rules, "names": case_names}
 
 
