@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "log.h"
 
@@ -117,9 +118,9 @@ bool MetricsHttp::open(const std::string& host_port, std::string& error) {
   return true;
 }
 
-void MetricsHttp::add_poll_fds(std::vector<pollfd>& fds) const {
+void MetricsHttp::add_poll_fds(std::vector<pollfd>& fds, uint64_t now_ns) const {
   if (listen_fd_ < 0) return;
-  fds.push_back({listen_fd_, POLLIN, 0});
+  fds.push_back({now_ns >= accept_paused_until_ns_ ? listen_fd_ : -1, POLLIN, 0});
   for (const Connection& c : connections_) fds.push_back({c.fd, static_cast<short>(c.responding ? POLLOUT : POLLIN), 0});
 }
 
@@ -149,7 +150,12 @@ void MetricsHttp::serve(const pollfd* fds, size_t count, uint64_t now_ns, const 
 void MetricsHttp::accept_connections(uint64_t now_ns) {
   for (size_t k = 0; k < MetricsHttpLimits::kMaxAcceptsPerTurn; ++k) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or out of descriptors: the backlog waits for the next turn
+    if (fd < 0) {
+      // Out of descriptors, the pending connection keeps the socket readable: rest it.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        accept_paused_until_ns_ = now_ns + MetricsHttpLimits::kAcceptPauseNs;
+      return;
+    }
     if (connections_.size() >= MetricsHttpLimits::kMaxConnections) {
       // Room for the newcomer: the oldest connection still sending its request has had the
       // longest to do so (a real scraper sends its request at once). If every one is being
@@ -199,11 +205,15 @@ void MetricsHttp::read_request(Connection& c, uint64_t now_ns, const Render& ren
 }
 
 const std::string& MetricsHttp::page(uint64_t now_ns, const Render& render) {
-  if (!page_valid_ || now_ns >= page_ns_ + MetricsHttpLimits::kMinRenderIntervalNs) {
+  if (!page_valid_ || now_ns >= next_render_ns_) {
     page_ = render();
-    page_ns_ = now_ns;
     page_valid_ = true;
     ++counts_.renders;
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t done_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+    uint64_t took = done_ns > now_ns ? done_ns - now_ns : 0;
+    next_render_ns_ = now_ns + std::max(MetricsHttpLimits::kMinRenderIntervalNs, took * MetricsHttpLimits::kRenderTimeShare);
   }
   return page_;
 }

@@ -6,8 +6,10 @@
 // than kMaxRequestBytes is answered 431 and closed; one that is not complete within
 // kRequestTimeoutNs is closed (slowloris), and so is a response not taken within
 // kResponseTimeoutNs; at the connection cap the oldest connection still sending its request
-// makes room for the new one; and the page is rendered at most once per kMinRenderIntervalNs,
-// however often it is asked for. Only `GET` (or `HEAD`) of `/metrics` gets the page; other
+// makes room for the new one; the page is rendered at most once per kMinRenderIntervalNs, and
+// never more often than kRenderTimeShare of the loop's time (a page of many processes takes
+// longer to make), however often it is asked for; out of descriptors, the listening socket
+// rests for kAcceptPauseNs instead of waking the loop again and again. Only `GET` (or `HEAD`) of `/metrics` gets the page; other
 // paths get 404, other methods 405. Every response closes its connection.
 #pragma once
 #include <poll.h>
@@ -28,6 +30,8 @@ struct MetricsHttpLimits {
   static constexpr uint64_t kRequestTimeoutNs = 2000000000ull;
   static constexpr uint64_t kResponseTimeoutNs = 10000000000ull;
   static constexpr uint64_t kMinRenderIntervalNs = 100000000ull;
+  static constexpr uint64_t kRenderTimeShare = 20;  // a render taking t waits 20 t for the next
+  static constexpr uint64_t kAcceptPauseNs = 100000000ull;
 };
 
 // What a request's bytes say so far.
@@ -57,7 +61,7 @@ class MetricsHttp {
   const std::string& address() const { return address_; }
 
   // Adds the listening socket and the connections to a poll set...
-  void add_poll_fds(std::vector<pollfd>& fds) const;
+  void add_poll_fds(std::vector<pollfd>& fds, uint64_t now_ns) const;
   // ...and serves what that poll found (`fds`: the entries added above, in the same order).
   // `render` makes the page; it is called only when a complete request asks for it and the
   // last page is older than kMinRenderIntervalNs.
@@ -91,8 +95,9 @@ class MetricsHttp {
   std::string address_;
   std::vector<Connection> connections_;  // in accept order
   std::string page_;
-  uint64_t page_ns_ = 0;
+  uint64_t next_render_ns_ = 0;
   bool page_valid_ = false;
+  uint64_t accept_paused_until_ns_ = 0;
   Counts counts_;
 };
 

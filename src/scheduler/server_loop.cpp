@@ -145,7 +145,7 @@ void Server::run() {
       ids.push_back(id);
     }
     const size_t metrics_first = fds.size();  // the metrics endpoint's sockets follow the clients'
-    metrics_.add_poll_fds(fds);
+    metrics_.add_poll_fds(fds, now);
     uint64_t wait = backlog ? 0 : next_tick - now;
     if (!listening && accept_paused_until_ - now < wait) wait = accept_paused_until_ - now;
     timespec timeout{static_cast<time_t>(wait / 1000000000ull), static_cast<long>(wait % 1000000000ull)};

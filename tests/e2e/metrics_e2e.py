@@ -16,6 +16,8 @@ usage: metrics_e2e.py BUILD_DIR CASE
                   gated filler and training: the tick's heartbeat stays fresh, the filler never
                   fails open, a well-behaved scrape is still answered, the page is rendered at
                   most once per 100 ms
+  emfile          tandemd out of descriptors with scrapers waiting: it does not spin on accept, and
+                  serves scrapes again once descriptors are free
   config          "metrics" in --config; a malformed address or a port in use is refused at start
   rules           deploy/prometheus: `promtool check rules` and `promtool test rules` of the
                   alerts, `promtool check config` of the example configuration
@@ -41,7 +43,7 @@ import mmap
 
 sys.path.insert(0, os.path.dirname(__file__))
 from e2e_util import Env, check, finish, wait_for  # noqa: E402
-from hostile_daemon_e2e import FAIL_OPEN_MS, HEARTBEAT_OFFSET, connect, gpu_uuid, hello, stop  # noqa: E402
+from hostile_daemon_e2e import FAIL_OPEN_MS, HEARTBEAT_OFFSET, connect, cpu_seconds, gpu_uuid, hello, stop  # noqa: E402
 
 SKIP = 77
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -396,6 +398,51 @@ def case_hostile_scraper(env):
         stop(d)
 
 
+def case_emfile(env):
+    d = subprocess.Popen(["prlimit", "--nofile=32:32", os.path.join(env.build, "bin", "tandemd"), "--foreground",
+                          "--socket", env.socket, "--log", "warn", "--metrics", "127.0.0.1:0"], env=env.base,
+                         stderr=subprocess.PIPE, text=True)
+    hogs, pending = [], []
+    try:
+        status = wait_for(lambda: os.path.exists(env.socket) and env.status(), 5)
+        check(bool(status), "tandemd started with 32 descriptors")
+        address = status["daemon"]["metrics"]
+        host, port = address.rsplit(":", 1)
+        # Its descriptors taken by socket clients that never speak, then scrapers waiting.
+        for _ in range(40):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(env.socket)
+            except OSError:
+                pass
+            hogs.append(s)
+        time.sleep(0.3)
+        for _ in range(20):
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect((host, int(port)))
+            except OSError:
+                pass
+            pending.append(s)
+        time.sleep(0.5)
+        used = cpu_seconds(d.pid)
+        time.sleep(2.0)
+        used = cpu_seconds(d.pid) - used
+        print(f"     tandemd used {used:.2f} s of CPU in 2 s with its descriptors exhausted and scrapers waiting")
+        check(d.poll() is None, "tandemd is alive")
+        check(used < 0.25, f"it does not spin on the metrics socket's accept ({used:.2f} s CPU in 2 s < 0.25 s)")
+        for s in hogs + pending:
+            s.close()
+        hogs, pending = [], []
+        check(wait_for(lambda: scrape(address, timeout=2)[0] == 200, 5), "it serves scrapes again once descriptors are free")
+    finally:
+        for s in hogs + pending:
+            s.close()
+        stop(d)
+
+
 def case_config(env):
     config = os.path.join(env.tmp, "tandemd.json")
     with open(config, "w") as f:
@@ -403,6 +450,9 @@ def case_config(env):
     d, address = start_daemon(env, "--config", config, metrics=None)
     try:
         check(address.startswith("127.0.0.1:") and scrape(address)[0] == 200, f"\"metrics\" in --config serves {address}")
+        text = subprocess.run([os.path.join(env.build, "bin", "tandemctl"), "status", "--socket", env.socket],
+                              capture_output=True, text=True, timeout=10).stdout
+        check(f"metrics http://{address}/metrics" in text, "tandemctl status names the endpoint")
         # The port is taken now: a second daemon must say so and not start.
         other = subprocess.run([os.path.join(env.build, "bin", "tandemd"), "--foreground", "--socket",
                                 env.socket + "2", "--metrics", address], env=env.base, capture_output=True, text=True,
@@ -461,7 +511,7 @@ def case_names(env):
 
 
 CASES = {"promtool": case_promtool, "slo": case_slo, "pool": case_pool, "prometheus": case_prometheus, "hostile-scraper": case_hostile_scraper,
-         "config": case_config, "rules": case_rules, "names": case_names}
+         "emfile": case_emfile, "config": case_config, "rules": case_rules, "names": case_names}
 
 
 def main():
