@@ -26,6 +26,8 @@ int status_command(const std::string& socket_path, bool json) {
   std::printf("tandemd %s  pid %d  policy %s  socket %s  up %.1f s\n", d["version"].get<std::string>().c_str(),
               d["pid"].get<int>(), d["policy"].get<std::string>().c_str(), d["socket"].get<std::string>().c_str(),
               d["uptime_s"].get<double>());
+  if (d.value("metrics", std::string()) != "")  // tandemd --metrics (docs/metrics.md)
+    std::printf("metrics http://%s/metrics\n", d["metrics"].get<std::string>().c_str());
   if (d.contains("holds") && d["holds"].is_object()) {  // what clients made it hold (docs/scheduler.md)
     const auto& h = d["holds"];
     std::printf("holds %llu connections, %llu GPU states, %llu pool chunks, %llu passed fds, %llu processes' "

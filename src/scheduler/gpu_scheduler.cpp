@@ -85,6 +85,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
   TrainingSample sample{now_ns, 0, 0, 0};
   uint64_t collectives_pending = 0;  // NCCL markers recorded but not passed
   uint64_t inference_slots = 0;
+  uint64_t others_work = 0;  // GPU work the non-training clients completed since the last tick
   fillers_.clear();
   training_.clear();
   online_.clear();
@@ -92,6 +93,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
     tandem_slot& s = shm->slots[i];
     if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
     const ClientView& c = segment_.view(static_cast<int>(i));
+    if (s.role != TANDEM_ROLE_TRAINING) others_work += others_work_since(s, static_cast<int>(i), c);
     if (s.role == TANDEM_ROLE_TRAINING) {
       training_.push_back(gated_state(static_cast<int>(i), s, c));
       sample.launches += c.v.launches;
@@ -149,6 +151,8 @@ void GpuScheduler::tick(uint64_t now_ns) {
     last_phase_ = phase;
     if (phase == GpuPhase::bubble) futex_bump_and_wake(&shm->bubble_seq);  // online requests waiting for one
   }
+  usage_.update(now_ns, !training ? GpuState::no_training : phase == GpuPhase::bubble ? GpuState::bubble : GpuState::busy,
+                slo && slo_.active() ? slo_.duty() : 1.0, others_work);
   check_admission(shm, now_ns);
   if (!training) return;
 
@@ -166,6 +170,20 @@ void GpuScheduler::tick(uint64_t now_ns) {
     }
   }
   apply(shm, grants_, now_ns);
+}
+
+uint64_t GpuScheduler::others_work_since(const tandem_slot& s, int slot, const ClientView& c) {
+  // The view is bounded: within one client's life completed_ns never goes backwards.
+  uint64_t done = c.v.completed_ns;
+  uint64_t& last = others_completed_[static_cast<size_t>(slot)];
+  uint32_t& generation = others_generation_[static_cast<size_t>(slot)];
+  if (generation != s.generation) {
+    generation = s.generation;
+    last = 0;
+  }
+  uint64_t delta = done >= last ? done - last : 0;
+  last = done;
+  return delta;
 }
 
 // Admission checks (SpecInF principles I and II). Principle II: an online filler whose single request takes longer than the longest

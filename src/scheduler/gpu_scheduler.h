@@ -4,6 +4,7 @@
 // policy also gates training (and, without training, the fillers) while online inference is
 // active, at the duty cycle its controller sets.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 #include "bubble_detector.h"
 #include "fill_policy.h"
 #include "gpu_segment.h"
+#include "gpu_usage.h"
 #include "slo_policy.h"
 #include "trace.h"
 
@@ -45,6 +47,8 @@ class GpuScheduler {
   Trace& trace() { return trace_; }
   // Colocations refused by the admission checks, each with the reason (status shows them).
   const std::vector<std::string>& refusals() const { return refusals_; }
+  // Where the GPU's time went, for the metrics (gpu_usage.h).
+  const GpuUsage& usage() const { return usage_; }
 
  private:
   SchedulerParams params_;
@@ -68,6 +72,12 @@ class GpuScheduler {
   uint64_t memory_warning_ns_ = 0;  // when the summed-peak warning was last logged
   bool slo_saturated_warned_ = false;
   uint64_t ticks_ = 0, tick_ns_total_ = 0;
+  GpuUsage usage_;
+  // The other clients' completed GPU work as last read, per slot (and the slot's generation:
+  // a new client's count starts from zero).
+  std::array<uint64_t, TANDEM_MAX_SLOTS> others_completed_{};
+  std::array<uint32_t, TANDEM_MAX_SLOTS> others_generation_{};
+  uint64_t others_work_since(const tandem_slot& s, int slot, const ClientView& c);
 };
 
 }  // namespace tandem::scheduler

@@ -180,6 +180,7 @@ Server::Holdings Server::holdings() const {
 void Server::tick_all(uint64_t now_ns) {
   for (auto& [uuid, g] : gpus_) g->tick(now_ns);
   pool_tick(now_ns);
+  tick_seconds_.observe(static_cast<double>(monotonic_ns() - now_ns) / 1e9);
 }
 
 std::string Server::status_json() const {
@@ -260,6 +261,7 @@ std::string Server::status_json() const {
                         {"policy", options_.policy},
                         {"socket", options_.socket_path},
                         {"uptime_s", static_cast<double>(now - started_ns_) / 1e9},
+                        {"metrics", metrics_.address()},
                         {"holds",
                          {{"clients", held.clients}, {"gpus", held.gpus}, {"pool_chunks", held.pool_chunks},
                           {"passed_fds", held.passed_fds}, {"orphan_processes", held.orphan_processes},

@@ -176,6 +176,7 @@ void Server::serve_pool_waits(uint64_t now_ns) {
       if (done || now_ns >= w.deadline_ns) {
         PoolFigures& f = pool_figures_[c->gpu];
         double ms = static_cast<double>(now_ns - w.started_ns) / 1e6;
+        f.durations.observe(ms / 1e3);
         std::string reason;
         if (done) {
           ++f.handovers;
