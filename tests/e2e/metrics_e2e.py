@@ -461,6 +461,13 @@ def case_config(env):
               f"a metrics port in use is refused ({other.stderr.strip()[:200]})")
     finally:
         stop(d)
+    # ":PORT" listens on every interface (IPv6 and IPv4 where the system has IPv6).
+    d, address = start_daemon(env, metrics=":0")
+    try:
+        port = int(address.rsplit(":", 1)[1])
+        check(scrape(f"127.0.0.1:{port}")[0] == 200, f"\":0\" bound {address}, which IPv4 reaches")
+    finally:
+        stop(d)
     bad = subprocess.run([os.path.join(env.build, "bin", "tandemd"), "--foreground", "--socket", env.socket,
                           "--metrics", "9433"], env=env.base, capture_output=True, text=True, timeout=10)
     check(bad.returncode != 0 and "HOST:PORT" in bad.stderr, f"a malformed address is refused ({bad.stderr.strip()[:200]})")

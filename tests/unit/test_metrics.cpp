@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu_scheduler.h"
 #include "gpu_usage.h"
 #include "metrics_exposition.h"
 #include "metrics_http.h"
@@ -213,4 +214,50 @@ TEST_CASE("daemon: a scrape flood renders the page at most once per interval", "
   INFO(scrapes << " scrapes, " << renders << " renders in " << elapsed_s << " s");
   CHECK(scrapes > 20);
   CHECK(renders <= elapsed_s / (MetricsHttpLimits::kMinRenderIntervalNs / 1e9) + 2);
+}
+
+TEST_CASE("gpu usage: a GpuScheduler counts the others' completed work by state, per client life", "[metrics]") {
+  const uint64_t ms = 1000000;
+  SchedulerParams params;
+  GpuScheduler gpu("0123456789abcdef0123456789abcdef", params);
+  REQUIRE(gpu.segment().ok());
+  int train = gpu.segment().claim(100, TANDEM_ROLE_TRAINING);
+  int filler = gpu.segment().claim(200, TANDEM_ROLE_BATCH_INFERENCE);
+  uint64_t t = 0;
+  gpu.tick(t += ms);
+  // Ten iterations of 3 ms busy (training launches) and 2 ms bubble, in which the filler
+  // completes 0.5 ms of work per tick.
+  auto iterations = [&](int slot, int n) {
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < 3; ++k) {
+        gpu.segment().page(train)->launches += 1;
+        gpu.tick(t += ms);
+      }
+      for (int k = 0; k < 2; ++k) {
+        tandem_client_page* p = gpu.segment().page(slot);
+        p->issued_ns += ms / 2;
+        p->completed_ns += ms / 2;
+        gpu.tick(t += ms);
+      }
+    }
+  };
+  iterations(filler, 10);
+  const GpuUsage& u = gpu.usage();
+  CHECK(u.seconds(GpuState::bubble) == Approx(0.020).margin(0.0015));
+  CHECK(u.seconds(GpuState::busy) == Approx(0.030).margin(0.0015));
+  CHECK(u.others_work_seconds(GpuState::bubble) == Approx(0.010).margin(1e-9));  // exact: deltas of the page
+  CHECK(u.others_work_seconds(GpuState::busy) == 0);
+  CHECK(u.bubble_use() == Approx(0.5).margin(0.05));
+  CHECK(u.training_retained() == Approx(1.0));
+  // The filler goes; a new one gets the same slot and, before the daemon first looks, has done
+  // more work (8 ms) than the old one's last count (5 ms): all of its work counts, once.
+  gpu.segment().release(filler);
+  int next = gpu.segment().claim(300, TANDEM_ROLE_BATCH_INFERENCE);
+  REQUIRE(next == filler);
+  gpu.segment().page(next)->issued_ns = 8 * ms;
+  gpu.segment().page(next)->completed_ns = 8 * ms;
+  iterations(next, 4);  // the 8 ms are first seen at a busy tick
+  CHECK(u.others_work_seconds(GpuState::busy) == Approx(0.008).margin(1e-9));
+  CHECK(u.others_work_seconds(GpuState::bubble) == Approx(0.014).margin(1e-9));
+  CHECK(u.training_retained() < 1.0);  // work while training computed cost it time
 }
