@@ -222,10 +222,10 @@ def reference_problems(manifests, build):
         if host_paths.get((mount_of(ds_spec, daemon, socket) or {}).get("name")) is None:
             say(f"DaemonSet: {probe}'s socket {socket} is not on a hostPath volume")
     ports = {p.get("name"): p.get("containerPort") for p in daemon.get("ports", [])}
-    if ports.get("metrics") != 9400:
-        say("DaemonSet: tandemd needs containerPort 9400 named metrics")
-    if "--metrics" not in command or not command[command.index("--metrics") + 1].endswith(":9400"):
-        say("DaemonSet: tandemd must serve --metrics on port 9400")
+    if ports.get("metrics") != 9433:
+        say("DaemonSet: tandemd needs containerPort 9433 named metrics")
+    if "--metrics" not in command or not command[command.index("--metrics") + 1].endswith(":9433"):
+        say("DaemonSet: tandemd must serve --metrics on port 9433")
 
     # tandemd's configuration, from the ConfigMap it mounts, parsed by tandemd itself.
     config = {}
@@ -380,7 +380,7 @@ def training_env(m):
 BREAKAGES = [
     ("a misspelt field", lambda m: ds_container(m).update(livenessProb=ds_container(m).pop("livenessProbe")),
      "livenessProb"),
-    ("a port as a string", lambda m: ds_container(m)["ports"][0].update(containerPort="9400"), "containerPort"),
+    ("a port as a string", lambda m: ds_container(m)["ports"][0].update(containerPort="9433"), "containerPort"),
     ("a container without its name", lambda m: ds_container(m).pop("name"), "name"),
     ("a ServiceMonitor interval that is no duration",
      lambda m: first(m, "ServiceMonitor")["spec"]["endpoints"][0].update(interval="15 seconds"), "interval"),
