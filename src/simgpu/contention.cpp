@@ -4,7 +4,9 @@
 //    keeps the GPU while no other process waits; when one waits, ownership passes at the end
 //    of each time slice (SIMGPU_TIMESLICE_US), also in the middle of a kernel: a kernel's work
 //    advances only while its process owns the GPU, as with the hardware's time-sliced
-//    preemption. Two processes each running a 10 ms kernel therefore both take ~20 ms.
+//    preemption. Two processes each running a 10 ms kernel therefore both take ~20 ms. Each
+//    time the GPU passes to another process, that process first pays a context switch
+//    (SIMGPU_CONTEXT_SWITCH_US) while owning the GPU.
 //  * mps: processes run together; a kernel advances at min(1, SMs / SMs in use), so each
 //    slows in proportion to the oversubscription while it lasts.
 // Within a process, kernels of different streams overlap while SMs allow (min(grid, SMs)).
@@ -42,7 +44,7 @@ struct SharedGpu {
   std::atomic<int32_t> owner_pid;        // timeslice: the process running kernels, 0 = none
   std::atomic<uint64_t> owner_since_ns;  // start of the owner's slice (CLOCK_MONOTONIC is system-wide)
   std::atomic<int32_t> yielded_by;       // the last owner that gave the GPU up for a waiter
-  std::atomic<int32_t> pad;
+  std::atomic<int32_t> last_ran;         // the process whose context the GPU holds (switch cost)
   Slot slots[kSlots];
 };
 
@@ -168,6 +170,19 @@ void acquire_ownership(SharedGpu* gpu, Slot* slot) {
   if (slot) slot->waiting.fetch_sub(1);
 }
 
+// Timeslice: the GPU passes to this process, which pays the context switch (the previous
+// process's state saved, this one's loaded: SIMGPU_CONTEXT_SWITCH_US) when another process's
+// context was the last to run. The GPU does nothing useful meanwhile; this process's slice
+// starts once its context is loaded.
+void pay_context_switch(SharedGpu* gpu) {
+  int32_t me = getpid();
+  int32_t previous = gpu->last_ran.exchange(me);
+  uint64_t cost = settings().context_switch_ns;
+  if (previous == me || previous == 0 || cost == 0) return;
+  sleep_until(now_ns() + cost);
+  gpu->owner_since_ns.store(now_ns());
+}
+
 void release_ownership(SharedGpu* gpu, bool for_waiter) {
   int32_t me = getpid();
   if (for_waiter) gpu->yielded_by.store(me);
@@ -180,6 +195,7 @@ void run_timeslice(SharedGpu* gpu, Slot* slot, uint64_t work_ns) {
   uint64_t done = 0;
   while (done < work_ns) {
     acquire_ownership(gpu, slot);
+    pay_context_switch(gpu);
     uint64_t start = now_ns();
     uint64_t slice_end = gpu->owner_since_ns.load() + settings().timeslice_ns;
     uint64_t end = start + (work_ns - done);
