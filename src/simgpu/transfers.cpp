@@ -42,7 +42,11 @@ void sleep_until_ns(uint64_t deadline_ns) {
   // Short waits spin: a sleep returns ~0.1 ms late on a loaded CPU, longer than what is timed
   // (a launch latency, a 2 µs kernel, a small copy).
   constexpr uint64_t kSpinBelowNs = 20000;
-  for (uint64_t t = now_ns(); t < deadline_ns && deadline_ns - t < kSpinBelowNs; t = now_ns()) __builtin_ia32_pause();
+  for (uint64_t t = now_ns(); t < deadline_ns && deadline_ns - t < kSpinBelowNs; t = now_ns()) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
   if (now_ns() >= deadline_ns) return;
   timespec ts{static_cast<time_t>(deadline_ns / 1000000000ull), static_cast<long>(deadline_ns % 1000000000ull)};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
