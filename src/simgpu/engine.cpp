@@ -29,27 +29,15 @@ void execute(Stream* s, Op& op) {
       unsigned blocks = op.launch.grid[0] * op.launch.grid[1] * op.launch.grid[2];
       unsigned sms = op.launch.fn && op.launch.fn->nccl ? 4u : blocks;
       if (sms > static_cast<unsigned>(settings().sms)) sms = static_cast<unsigned>(settings().sms);
+      wait_for_launch_latency(op);  // transfers.cpp
       s->running_kernels.fetch_add(1);
       if (op.launch.fn && op.launch.fn->nccl) run_nccl_kernel(op.launch, sms == 0 ? 1 : sms);  // collectives.cpp
       else run_on_gpu(op.launch.device, kernel_cost_ns(op.launch), sms == 0 ? 1 : sms);
       s->running_kernels.fetch_sub(1);
       break;
     }
-    case Op::copy: std::memmove(op.dst, op.src, op.bytes); break;
-    case Op::set: {
-      // Typed stores (a memcpy call per element ran at ~160 MB/s and dominated every figure
-      // that zero-fills memory, the pool's handovers among them).
-      if (op.elem == 1) {
-        std::memset(op.dst, static_cast<int>(op.value & 0xff), op.count);
-      } else if (op.elem == 2) {
-        auto* d = static_cast<uint16_t*>(op.dst);
-        std::fill(d, d + op.count, static_cast<uint16_t>(op.value));
-      } else {
-        auto* d = static_cast<uint32_t*>(op.dst);
-        std::fill(d, d + op.count, op.value);
-      }
-      break;
-    }
+    case Op::copy: run_copy(op); break;   // transfers.cpp
+    case Op::set: run_memset(op); break;  // transfers.cpp: GPU work, like a kernel
     case Op::record: op.event->time_ns.store(static_cast<int64_t>(now_ns())); break;
     case Op::wait: {
       Stream* w = op.wait_stream;
@@ -109,7 +97,9 @@ std::vector<Stream*> all_streams() {
 
 void push(Stream* s, Op op) {
   ensure_worker(s);
-  if (op.kind == Op::kernel) kernel_queued(op.launch.device);
+  // Memsets run on the GPU like kernels (run_memset): both are accounted from here.
+  if (op.kind == Op::kernel || op.kind == Op::set) kernel_queued(op.launch.device);
+  op.queued_ns = now_ns();
   std::lock_guard<std::mutex> lock(s->m);
   s->queue.push_back(op);
   ++s->enqueued;

@@ -83,6 +83,7 @@ CUresult set(CUdeviceptr dst, uint32_t value, size_t elem, size_t count, CUstrea
   op.value = value;
   op.elem = elem;
   op.count = count;
+  op.launch.device = allocating_device();  // a memset runs on the current context's GPU, as a kernel does
   CUresult r = submit(st, op);
   if (r != CUDA_SUCCESS || async || st->capture) return r;
   return synchronize_stream(st);

@@ -38,6 +38,10 @@ struct Settings {
   uint64_t link_gbps = 63;            // SIMGPU_LINK_GBPS: each GPU's link to its peers, GB/s per direction
   bool mps = false;                   // SIMGPU_SHARING=mps; default timeslice
   uint64_t timeslice_ns = 2000000;
+  uint64_t context_switch_ns = 40000;  // SIMGPU_CONTEXT_SWITCH_US: charged when the GPU passes to another process
+  uint64_t launch_latency_ns = 4000;   // SIMGPU_LAUNCH_LATENCY_US: launch to start on an idle stream
+  uint64_t device_gbps = 3350;         // SIMGPU_DEVICE_GBPS: memsets, device-to-device copies
+  uint64_t pcie_gbps = 54;             // SIMGPU_PCIE_GBPS: host<->device copies
   bool deterministic = false;
   int log = 1;                        // 0 error, 1 warn, 2 info, 3 debug
   std::string shm_prefix;             // SIMGPU_SHM
@@ -132,6 +136,7 @@ struct Op {
   uint64_t wait_seq = 0;
   CUhostFn host_fn = nullptr;
   void* host_data = nullptr;
+  uint64_t queued_ns = 0;  // when it was queued (launch latency); set by the engine
 };
 
 struct Graph;
@@ -183,6 +188,23 @@ void contention_after_fork_child();
 
 // ---- each process's device memory, seen by the simulated NVML (process_memory.cpp) ----
 void publish_memory_use(int device, uint64_t bytes);
+
+// ---- the timing of memsets, copies and launches (transfers.cpp) ----
+// A memset: real stores (whole pages of zeros dropped, zero_fill.cpp), lasting at least its
+// bytes at device bandwidth, that time spent on the GPU like a kernel of every SM.
+void run_memset(const Op& op);
+// A copy: real bytes, lasting at least its bytes at PCIe (host<->device) or device bandwidth
+// (device<->device, read and written) on the copy engines (no contention with kernels).
+void run_copy(const Op& op);
+// A kernel starts no earlier than the launch latency after it was queued.
+void wait_for_launch_latency(const Op& op);
+// Sleeps until CLOCK_MONOTONIC reaches deadline_ns.
+void sleep_until_ns(uint64_t deadline_ns);
+// ---- zeroing (zero_fill.cpp) ----
+// Zeroes [dst, dst + bytes): the whole pages inside are dropped from the mapping (their
+// memory returns as zeros) instead of written; the ends, and memory that cannot be dropped,
+// are written.
+void zero_fill(void* dst, size_t bytes);
 
 // ---- kernel cost (engine.cpp) ----
 uint64_t kernel_cost_ns(const KernelLaunch& k);
