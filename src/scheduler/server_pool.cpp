@@ -208,14 +208,21 @@ void Server::give_back_to_training(const std::string& gpu_uuid) {
   uint64_t chunk = pool_chunk_bytes();
   // Free memory counts only for training in the trust domain whose chunks it is.
   std::map<std::string, uint64_t> free_in;
+  // Training's quota was lowered only for the others of its trust domain on this GPU: once they
+  // hold no chunk (exited, or released what they loaded), all of it goes back, even when the
+  // freed chunks were trimmed from the pool already and so are not counted free.
+  std::map<std::string, uint64_t> held_by_others;
+  for (const auto& [id, c] : registry_.clients())
+    if (c.role != "training" && c.gpu == gpu_uuid && !c.closing) held_by_others[c.trust_domain] += pool_.held_by(id);
   for (auto& [id, t] : registry_.clients()) {
     if (t.role != "training" || t.gpu != gpu_uuid || !t.pool_taken_bytes || t.slot < 0) continue;
     auto [it, fresh] = free_in.try_emplace(t.trust_domain, 0);
     if (fresh) it->second = pool_.free_bytes(gpu_uuid, chunk, t.trust_domain);
     uint64_t& free_bytes = it->second;
-    uint64_t give = give_back_bytes(free_bytes, watermark(), chunk, t.pool_taken_bytes);
+    uint64_t give = held_by_others[t.trust_domain] ? give_back_bytes(free_bytes, watermark(), chunk, t.pool_taken_bytes)
+                                                   : t.pool_taken_bytes;
     if (!give) continue;
-    free_bytes -= give;
+    free_bytes -= std::min(free_bytes, give);
     t.pool_taken_bytes -= give;
     uint64_t quota = gpu(t.gpu)->segment().shm()->slots[t.slot].assigned_quota_bytes + give;
     set_quota(t, t.pool_taken_bytes ? quota : t.quota_before_pool);
