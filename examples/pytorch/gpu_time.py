@@ -27,6 +27,7 @@ class GpuTime:
         probe = torch.empty(self.PROBE_ELEMENTS, device="cuda")
         per_element = self.time_ms(probe) / self.PROBE_ELEMENTS
         del probe
+        torch.cuda.empty_cache()  # the probe's memory goes back to the GPU, not to PyTorch's cache
         self.buffer = torch.empty(max(1 << 16, int(min(kernel_ms, ms) / per_element)), device="cuda")
         self.kernel_ms = self.time_ms(self.buffer)
         self.kernels = max(1, round(ms / self.kernel_ms))

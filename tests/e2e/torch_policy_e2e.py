@@ -6,10 +6,10 @@ Without the project's venv the test is skipped (exit 77) with the reason.
   fill  training (60 ms of GPU work a step, then 30 ms of data loading: a bubble) beside
         serve.py as a batch filler (closed loop, 4 ms of GPU work a request): under tandem
         training keeps >= 0.95 of Exclusive, Co-Exec is clearly lower (<= 0.90), the filler gets
-        work done in training's bubbles (it waited at its gate, and answered requests) and
-        training never waited at a gate
-  slo   serve.py as online inference (Poisson arrivals at about half its capacity, 6 ms of GPU
-        work a request, TANDEM_SLO_MS 25) beside training: under tandemd --policy slo its p99
+        work done in training's bubbles (it waited at its gate, and answered >= 1 request a
+        second) and training never waited at a gate
+  slo   serve.py as online inference (Poisson arrivals, 20 a second, 20 ms of GPU work a
+        request, TANDEM_SLO_MS 60) beside training: under tandemd --policy slo its p99
         is within 1.5 x Exclusive and its SLO attainment >= 0.9, Co-Exec's p99 is clearly worse
         (>= 1.5 x Exclusive), and training keeps > 0.2 of Exclusive
 
@@ -190,7 +190,9 @@ def fill(env, rounds):
     check(t["gate"]["waits"] == 0, f"training never waited at a gate ({t['gate']['waits']})")
     check(f["gate"]["waits"] > 0, f"the filler was held while training computed ({f['gate']['waits']} gate waits)")
     got = max(r["requests"] for r in results)
-    check(got >= 2 * WINDOW_S, f"the filler got work done in the bubbles ({got} requests in a window)")
+    # A request is ~45 launches, each taking tokens at the gate: the filler gets through a few
+    # a second in training's 30 ms bubbles (13-18 in a 6 s window measured; Co-Exec ~600).
+    check(got >= WINDOW_S, f"the filler got work done in the bubbles ({got} requests in a window)")
 
 
 def slo(env, rounds):
