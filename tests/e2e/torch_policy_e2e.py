@@ -9,7 +9,7 @@ Without the project's venv the test is skipped (exit 77) with the reason.
         work done in training's bubbles (it waited at its gate, and answered >= 1 request a
         second) and training never waited at a gate
   slo   serve.py as online inference (Poisson arrivals, 20 a second, 20 ms of GPU work a
-        request, TANDEM_SLO_MS 60) beside training: under tandemd --policy slo its p99
+        request, TANDEM_SLO_MS 100) beside training: under tandemd --policy slo its p99
         is within 1.5 x Exclusive and its SLO attainment >= 0.9 (or Exclusive's less 0.05, where
         the host's noise keeps Exclusive under 0.95), Co-Exec's p99 is clearly worse (>= 1.5 x
         Exclusive), and training keeps > 0.2 of Exclusive
@@ -47,9 +47,11 @@ FILLER = ["--gpu-ms", "4", "--kernel-ms", "1", "--warmup", "3"]
 # between kernels, so a request waits for at most one of them (docs/slo.md).
 SLO_TRAIN = ["--gpu-ms", "60", "--kernel-ms", "0.5", "--sleep-ms", "30", "--warmup-steps", "3", "--replays", "0"]
 # Requests of 20 ms of GPU work, so that the host's noise is small beside it; at 20 a second the
-# GPU is busy with them about 40% of the time. The target leaves room for that noise.
+# GPU is busy with them about 40% of the time. Alone their p99 is 65-85 ms on the busy 2-core
+# development machine (the host's stalls add to the GPU time): the target is above it, as an
+# operator's would be.
 ONLINE = ["--gpu-ms", "20", "--kernel-ms", "2", "--warmup", "5", "--rate", "20"]
-SLO_MS = 60
+SLO_MS = 100
 SLO_WINDOW_S = 10.0  # a p99 wants a few hundred requests
 
 
