@@ -9,9 +9,10 @@ Without the project's venv the test is skipped (exit 77) with the reason.
         work done in training's bubbles (it waited at its gate, and answered >= 1 request a
         second) and training never waited at a gate
   slo   serve.py as online inference (Poisson arrivals, 20 a second, 20 ms of GPU work a
-        request, TANDEM_SLO_MS 100) beside training: under tandemd --policy slo its p99
-        is within 1.5 x Exclusive and its SLO attainment >= 0.9 (or Exclusive's less 0.05, where
-        the host's noise keeps Exclusive under 0.95), Co-Exec's p99 is clearly worse (>= 1.5 x
+        request, TANDEM_SLO_MS 100) beside training: under tandemd --policy slo its p99 is
+        held at the target (<= 1.2 x the target, or x Exclusive's p99 where the host's noise
+        puts that higher) and its SLO attainment >= 0.9 (or Exclusive's less 0.05, where that
+        noise keeps Exclusive under 0.95), Co-Exec's p99 is clearly worse (>= 1.5 x
         Exclusive), and training keeps > 0.2 of Exclusive
 
 How it measures, on a 2-core machine shared with builds: a PyTorch step is mostly GPU time
@@ -236,8 +237,14 @@ def slo(env, rounds):
         online.kill()
     print("spread: tandem p99 " + " ".join(f"{r['tandem']:.2f}" for r in results) + "; attainment " +
           " ".join(f"{r['attained']:.3f}" for r in results) + "; training " + " ".join(f"{r['train']:.2f}" for r in results))
-    best = min(results, key=lambda r: r["tandem"])
-    check(best["tandem"] <= 1.5, f"inference p99 under tandem is {best['tandem']:.2f} <= 1.5 x Exclusive (best round)")
+    # The policy holds p99 at the target, spending the slack on training: the bound is the
+    # target, or Exclusive's own p99 where the host's noise puts that over it.
+    for r in results:
+        r["held"] = r["tandem"] * r["ex_p99"] / max(SLO_MS, r["ex_p99"])
+    best = min(results, key=lambda r: r["held"])
+    check(best["held"] <= 1.2, f"inference p99 under tandem ({best['tandem'] * best['ex_p99']:.1f} ms) is "
+          f"{best['held']:.2f} <= 1.2 x the larger of the {SLO_MS} ms target and Exclusive's p99 "
+          f"({best['ex_p99']:.1f} ms) (best round)")
     # The target is fixed when the server starts, before Exclusive is measured; where the host's
     # noise keeps Exclusive itself under it, tandem is held to Exclusive's attainment less 0.05.
     best = max(results, key=lambda r: r["attained"] - min(0.9, r["ex_attained"] - 0.05))
