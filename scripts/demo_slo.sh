@@ -5,10 +5,9 @@
 # on the whole GPU, a 6 ms NCCL all-reduce, 4 ms of host work per step). Four configurations:
 # Exclusive training, Exclusive inference, Co-Exec (both, no tandem), tandem (both under
 # libtandem.so, tandemd --policy slo, the latency target set to Exclusive's p99 plus 10%).
-# On the simulated GPU it runs twice, side by side: time slicing (a GPU without MPS; the job's
-# collectives held with its other kernels, TANDEM_JOB_LOCAL=1: train-sim's ranks are all in
-# its process) and MPS (SIMGPU_SHARING=mps; training asks MPS for half the SMs,
-# TANDEM_SLO_TRAINING_SMS=50). Prints a table per mode and plots latency and training's duty
+# On the simulated GPU it runs twice, side by side: time slicing (a GPU without MPS; the
+# collective is not held: holding it, TANDEM_JOB_LOCAL=1, measured worse, docs/slo.md) and
+# MPS (SIMGPU_SHARING=mps; training asks MPS for half the SMs, TANDEM_SLO_TRAINING_SMS=50). Prints a table per mode and plots latency and training's duty
 # cycle. On a real GPU it runs once, as the GPU is set up.
 # Called by scripts/demo.sh (which builds and picks the GPU); usage: demo_slo.sh OUT_DIR SECONDS
 set -euo pipefail
@@ -57,7 +56,7 @@ scenario() {
 
 py=$(command -v /usr/bin/python3 || command -v python3)
 if [ -n "${SIMGPU_SHM:-}" ]; then  # the simulated GPU (scripts/demo.sh): both ways of sharing it
-  SIMGPU_SHARING=timeslice scenario "$out/timeslice" TANDEM_JOB_LOCAL=1
+  SIMGPU_SHARING=timeslice scenario "$out/timeslice" TANDEM_JOB_LOCAL=0
   SIMGPU_SHARING=mps scenario "$out/mps" TANDEM_SLO_TRAINING_SMS=50
   for mode in timeslice mps; do
     echo
@@ -65,6 +64,6 @@ if [ -n "${SIMGPU_SHM:-}" ]; then  # the simulated GPU (scripts/demo.sh): both w
     "$py" scripts/demo_slo_report.py "$out/$mode" "$(cat "$out/$mode/burst")"
   done
 else
-  scenario "$out" TANDEM_JOB_LOCAL=1  # train-sim without --gpus: one process, all its ranks
+  scenario "$out" TANDEM_JOB_LOCAL=0
   "$py" scripts/demo_slo_report.py "$out" "$(cat "$out/burst")"
 fi

@@ -15,8 +15,9 @@ usage: slo_e2e.py BUILD_DIR CASE
                all-reduce, 4 ms host work; inference 4 x 1 ms on half the GPU at 100 requests/s)
                under MPS with training on half the SMs: p99 within 1.10 x Exclusive, training
                keeps at least 0.5, tandemd saw the split (best of up to 3 rounds)
-  realistic-timeslice  the same under time slicing, the job's collectives held
-               (TANDEM_JOB_LOCAL=1): p99 within 1.35 x Exclusive, training at least 0.3
+  realistic-timeslice  the same under time slicing (collectives not held: holding them,
+               TANDEM_JOB_LOCAL=1, measured worse here, docs/slo.md): p99 within 1.35 x
+               Exclusive, training at least 0.3
   floor        a target below what the policy can reach: status says so and names training's
                collective; with TANDEM_JOB_LOCAL=1 the collective is held and leaves the floor
 """
@@ -177,11 +178,17 @@ def realistic(env, sharing, p99_bound, train_bound, ratio, rounds=3, **settings)
         print(f"round {r} ({sharing}): p99 exclusive {m['ex_p99']:.2f} ms, tandem {m['p99']:.2f} ({m['p99_ratio']:.2f}x, "
               f"target {m['slo_ms']} ms), training {m['train']:.2f} of Exclusive; spatial {m['slo'].get('spatial')}, "
               f"collectives held {m['slo'].get('collectives_held')}, floor {m['slo'].get('floor_ms', 0):.2f} ms")
+        # A request is 4 ms of GPU work at 0.4 load: Exclusive's p99 is 12-16 ms. Far above, the
+        # machine's load spoiled the baseline, and a ratio to it would pass anything.
+        if m["ex_p99"] > 30:
+            print(f"round {r}: Exclusive's p99 {m['ex_p99']:.1f} ms > 30 ms, the machine is too loaded: not counted")
+            continue
         held = m["p99_ratio"] <= p99_bound and m["train"] >= train_bound
         if best is None or held or m["p99_ratio"] < best["p99_ratio"]:
             best = m
         if held:
             break
+    check(best is not None, "a round with a sane Exclusive baseline")
     return best
 
 
@@ -193,8 +200,8 @@ def realistic_mps(env):
 
 
 def realistic_timeslice(env):
-    m = realistic(env, "timeslice", 1.35, 0.3, 1.2, TANDEM_JOB_LOCAL="1")
-    check(m["slo"].get("collectives_held") is True, "tandemd sees the job's collectives as held")
+    m = realistic(env, "timeslice", 1.35, 0.3, 1.2)
+    check(m["slo"].get("collectives_held") is False, "collectives are not held (TANDEM_JOB_LOCAL unset)")
     check(m["p99_ratio"] <= 1.35, f"inference p99 under tandem is {m['p99_ratio']:.2f} <= 1.35 x Exclusive")
     check(m["train"] >= 0.3, f"training keeps {m['train']:.2f} >= 0.3 of Exclusive")
 
