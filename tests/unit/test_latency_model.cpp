@@ -102,6 +102,7 @@ TEST_CASE("SloPolicy: the latency model cuts training at a burst's onset, ahead 
   uint64_t t = 1000 * kMs;
   double requests = 0;
   // One control period at `load`; returns the duty cycle seen after `stop_at` ticks (0: all).
+  bool spatial = false;
   auto period = [&](double load, int stop_at) {
     double duty_sum = 0;
     int ticks = 0;
@@ -116,7 +117,7 @@ TEST_CASE("SloPolicy: the latency model cuts training at a burst's onset, ahead 
         c.latency_seq = policy.control_seq();
         c.samples = 30;
       }
-      policy.step(t, {c}, training, grants);
+      policy.step(t, {c}, training, grants, spatial);
       duty_sum += policy.duty(), ++ticks;
       if (k == stop_at) return policy.duty();
     }
@@ -135,4 +136,11 @@ TEST_CASE("SloPolicy: the latency model cuts training at a burst's onset, ahead 
   CHECK(policy.predicted_cuts() > cuts);
   CHECK(a_third_in < 0.35);
   CHECK(a_third_in < before - 0.2);
+  // Under an MPS SM split the model does not cut: the feedback alone moves the duty cycle.
+  for (int i = 0; i < 10; ++i) period(0.1, 0);
+  spatial = true;
+  cuts = policy.predicted_cuts();
+  before = policy.duty();
+  CHECK(period(0.6, 35) == before);
+  CHECK(policy.predicted_cuts() == cuts);
 }
