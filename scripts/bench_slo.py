@@ -55,7 +55,8 @@ def measure(env, sharing, seconds, settings, ratio=None):
     for name, tr, inf in (("Exclusive", ex_train, ex_infer), ("Co-Exec", co_train, co_infer), ("tandem", t_train, t_infer)):
         rows[name] = {"p50_ms": inf["p50_ms"], "p99_ms": inf["p99_ms"], "p99_x": inf["p99_ms"] / ex_infer["p99_ms"],
                       "training": tr["iters_per_s"] / ex_rate, "requests": inf["requests"]}
-    slo = (st or {}).get("gpus", [{}])[0].get("slo", {}) if st else {}
+    gpus = (st or {}).get("gpus") or [{}]  # none when every client had gone by then
+    slo = gpus[0].get("slo") or {}
     return {"sharing": sharing, "slo_ms": slo_ms, "rows": rows, "status_slo": {k: v for k, v in slo.items() if k != "history"}}
 
 

@@ -88,8 +88,11 @@ void SloPolicy::predict(uint64_t now_ns, const std::vector<OnlineClient>& online
   if (now_ns - interval_started_ns_ < p_.control_period_ns / 4) return;
   for (const OnlineClient& c : online) {
     if (c.id < 0 || c.id >= kSlots || models_[c.id].generation != c.generation) continue;
-    double duty = 0;
-    if (!models_[c.id].model.duty_for(1.0, load(c, now_ns), &duty) || duty >= controller_.duty()) continue;
+    // Only a clear violation ahead (a burst): near the target the feedback is right, and cutting
+    // on every prediction a little over it held training at 0.25 of Exclusive (time slicing).
+    double duty = 0, now_load = load(c, now_ns);
+    if (models_[c.id].model.predict(controller_.duty(), now_load) < kPredictedViolation) continue;
+    if (!models_[c.id].model.duty_for(1.0, now_load, &duty) || duty >= controller_.duty()) continue;
     controller_.cap(duty);
     ++predicted_cuts_;
   }

@@ -95,6 +95,7 @@ class SloPolicy {
   double load(const OnlineClient& c, uint64_t now_ns) const;
 
   static constexpr int kSlots = 64;  // TANDEM_MAX_SLOTS
+  static constexpr double kPredictedViolation = 1.2;  // the model acts when it predicts this x the target
   struct ClientModel {
     LatencyModel model;
     uint32_t generation = 0;

@@ -134,7 +134,7 @@ TEST_CASE("SloPolicy: the latency model cuts training at a burst's onset, ahead 
   double a_third_in = period(0.6, 35);
   INFO("duty before the burst " << before << ", a third into it " << a_third_in);
   CHECK(policy.predicted_cuts() > cuts);
-  CHECK(a_third_in < 0.35);
+  CHECK(a_third_in < 0.45);  // cut once, on the load seen a quarter in (~0.5); the feedback does the rest
   CHECK(a_third_in < before - 0.2);
   // Under an MPS SM split the model does not cut: the feedback alone moves the duty cycle.
   for (int i = 0; i < 10; ++i) period(0.1, 0);
