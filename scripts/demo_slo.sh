@@ -6,7 +6,7 @@
 # Exclusive training, Exclusive inference, Co-Exec (both, no tandem), tandem (both under
 # libtandem.so, tandemd --policy slo, the latency target set to Exclusive's p99 plus 10%).
 # On the simulated GPU it runs twice, side by side: time slicing (a GPU without MPS; the
-# collective is not held: holding it, TANDEM_JOB_LOCAL=1, measured worse, docs/slo.md) and
+# collective is not held: holding it, TANDEM_JOB_LOCAL=1, measured no better, docs/slo.md) and
 # MPS (SIMGPU_SHARING=mps; training asks MPS for half the SMs, TANDEM_SLO_TRAINING_SMS=50). Prints a table per mode and plots latency and training's duty
 # cycle. On a real GPU it runs once, as the GPU is set up.
 # Called by scripts/demo.sh (which builds and picks the GPU); usage: demo_slo.sh OUT_DIR SECONDS

@@ -16,7 +16,7 @@ usage: slo_e2e.py BUILD_DIR CASE
                under MPS with training on half the SMs: p99 within 1.10 x Exclusive, training
                keeps at least 0.5, tandemd saw the split (best of up to 3 rounds)
   realistic-timeslice  the same under time slicing (collectives not held: holding them,
-               TANDEM_JOB_LOCAL=1, measured worse here, docs/slo.md): p99 within 1.35 x
+               TANDEM_JOB_LOCAL=1, measured no better here, docs/slo.md): p99 within 1.35 x
                Exclusive, training at least 0.3
   floor        a target below what the policy can reach: status says so and names training's
                collective; with TANDEM_JOB_LOCAL=1 the collective is held and leaves the floor
