@@ -42,6 +42,10 @@
 #define TANDEM_POLICY_FILL 0u /* training protected, fillers use its bubbles */
 #define TANDEM_POLICY_SLO 1u  /* online inference protected to its latency target, training best-effort */
 
+/* tandem_client_page.training_flags */
+#define TANDEM_TRAINING_COLLECTIVES_HELD 1u /* every rank of its job is in the process (TANDEM_JOB_LOCAL): its
+                                               collectives are held like its other kernels */
+
 /* Gate modes, set by the daemon. */
 #define TANDEM_GATE_OPEN 0u   /* launches pass: not gated, or failed open */
 #define TANDEM_GATE_TOKENS 1u /* launches take tokens; wait on `wake` when there are none */
@@ -104,7 +108,10 @@ struct tandem_client_page {
   uint32_t progress_wake;     /* futex word of the client's own threads: its progress thread wakes
                                  its gate when completions free room in the in-flight bound */
   uint32_t reserved32;
-  uint8_t reserved[40];
+  uint32_t sm_count;          /* SMs its context may use (MPS execution affinity); 0: not reported */
+  uint32_t device_sms;        /* SMs of its GPU; sm_count < device_sms: spatially limited */
+  uint32_t training_flags;    /* TANDEM_TRAINING_* */
+  uint8_t reserved[28];
 };
 
 struct tandem_shm_header {

@@ -65,6 +65,14 @@ int status_command(const std::string& socket_path, bool json) {
           std::printf("  pid %d: latency %.2f ms over %u requests this period, target %.2f ms, %u open\n",
                       s["pid"].get<int>(), s["latency_ms"].get<double>(), s["latency_samples"].get<unsigned>(),
                       s["slo_ms"].get<double>(), s["requests_open"].get<unsigned>());
+      if (slo.contains("floor_ms")) {
+        std::printf("  slo floor %.2f ms (a request %.2f + training in flight %.2f + collective %.2f)%s%s\n",
+                    slo["floor_ms"].get<double>(), slo["floor"]["request_ms"].get<double>(),
+                    slo["floor"]["inflight_ms"].get<double>(), slo["floor"]["collective_ms"].get<double>(),
+                    slo["spatial"].get<bool>() ? ", training on its MPS SM share" : "",
+                    slo["collectives_held"].get<bool>() ? ", collectives held" : "");
+        if (slo["below_floor"].get<bool>()) std::printf("  BELOW FLOOR: %s\n", slo["below_floor_why"].get<std::string>().c_str());
+      }
     }
   }
   return 0;

@@ -9,8 +9,10 @@
 #include "counters.h"
 #include "handle_map.h"
 #include "memory_quota.h"
+#include "mps_share.h"
 #include "progress.h"
 #include "daemon_link.h"
+#include "gate.h"
 #include "log.h"
 #include "online_requests.h"
 #include "pool_backend.h"
@@ -79,6 +81,8 @@ void bootstrap() noexcept {
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   atexit(on_exit_write_stats);
   g_role = role_code(setting_text(SettingId::TANDEM_ROLE));
+  ask_mps_sm_share();  // before this first call reaches the driver
+  g_job_local = g_role == TANDEM_ROLE_TRAINING && setting_bool(SettingId::TANDEM_JOB_LOCAL);
   start_progress_thread();  // registers with tandemd in the background: never blocks the caller
   TANDEM_LOG_INFO("bootstrapped (role {}, driver {})", setting_text(SettingId::TANDEM_ROLE),
                   setting_text(SettingId::TANDEM_REAL_LIBCUDA));

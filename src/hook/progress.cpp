@@ -11,8 +11,10 @@
 #include "capture_state.h"
 #include "counters.h"
 #include "futex.h"
+#include "gate.h"
 #include "log.h"
 #include "memory_quota.h"
+#include "mps_share.h"
 #include "online_requests.h"
 #include "pool_backend.h"
 #include "real_driver.h"
@@ -182,6 +184,8 @@ void* progress_main(void*) {
       __atomic_store_n(&page->bytes_in_use, mem.bytes_in_use.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&page->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&page->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
+      publish_sm_share(page);
+      __atomic_store_n(&page->training_flags, g_job_local ? TANDEM_TRAINING_COLLECTIVES_HELD : 0u, __ATOMIC_RELAXED);
       memory_pressure_tick(now);
       pool_tick();
       if (g_role == TANDEM_ROLE_INFERENCE) publish_request_latency();

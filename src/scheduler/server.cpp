@@ -19,6 +19,7 @@
 #include "json_fields.h"
 #include "log.h"
 #include "settings.h"
+#include "slo_status.h"
 
 #ifndef TANDEM_VERSION_STRING
 #define TANDEM_VERSION_STRING "0.0.0"
@@ -239,6 +240,7 @@ std::string Server::status_json() const {
       slo = {{"active", p.active()}, {"duty", p.duty()}, {"gain_estimate", p.controller().gain_estimate()},
              {"saturated", p.controller().saturated()}, {"inflight_bound_ms", static_cast<double>(p.inflight_bound_ns()) / 1e6},
              {"control_periods", p.control_seq() - 1}, {"history", history}};
+      slo.update(slo_floor_status(*g, p));
     }
     gpus.push_back({{"uuid", uuid},
                     {"phase", g->gpu_phase() == GpuPhase::bubble ? "bubble" : "busy"},

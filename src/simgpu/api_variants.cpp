@@ -1,4 +1,4 @@
-// Older and newer ABI variants of implemented entry points (cuCtxCreate, cuCtxCreate_v3, ...),
+// Older and newer ABI variants of implemented entry points (cuCtxCreate, cuCtxDestroy, ...),
 // forwarding to one implementation each, and the small queries and hints that the CUDA runtime
 // issues and a CPU simulation can answer trivially (limits, cache configs, occupancy, peers).
 #include <cstdio>
@@ -10,9 +10,6 @@ using namespace simgpu;
 
 // ---- contexts ----
 SIM_API CUresult cuCtxCreate(CUcontext* ctx, unsigned flags, CUdevice dev) { return cuCtxCreate_v2(ctx, flags, dev); }
-SIM_API CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam*, int, unsigned flags, CUdevice dev) {
-  return cuCtxCreate_v2(ctx, flags, dev);
-}
 SIM_API CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
 SIM_API CUresult cuCtxPopCurrent(CUcontext* ctx) { return cuCtxPopCurrent_v2(ctx); }
 SIM_API CUresult cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }

@@ -167,10 +167,6 @@ static CUresult create_context(CUcontext* ctx, unsigned flags, CUdevice dev) {
 SIM_API CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned flags, CUdevice dev) {
   return create_context(ctx, flags, dev);
 }
-SIM_API CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* params, unsigned flags, CUdevice dev) {
-  (void)params;
-  return create_context(ctx, flags, dev);
-}
 
 SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
   auto* c = reinterpret_cast<Context*>(ctx);

@@ -30,9 +30,16 @@ void execute(Stream* s, Op& op) {
       unsigned sms = op.launch.fn && op.launch.fn->nccl ? 4u : blocks;
       if (sms > static_cast<unsigned>(settings().sms)) sms = static_cast<unsigned>(settings().sms);
       wait_for_launch_latency(op);  // transfers.cpp
+      if (sms == 0) sms = 1;
       s->running_kernels.fetch_add(1);
-      if (op.launch.fn && op.launch.fn->nccl) run_nccl_kernel(op.launch, sms == 0 ? 1 : sms);  // collectives.cpp
-      else run_on_gpu(op.launch.device, kernel_cost_ns(op.launch), sms == 0 ? 1 : sms);
+      if (op.launch.fn && op.launch.fn->nccl) {
+        sms = std::min(sms, op.launch.sm_limit ? op.launch.sm_limit : sms);
+        run_nccl_kernel(op.launch, sms);  // collectives.cpp
+      } else {
+        uint64_t ns = kernel_cost_ns(op.launch);
+        fit_to_sm_limit(op.launch.sm_limit, &sms, &ns);  // MPS: its context's SMs at most (sm_limit.cpp)
+        run_on_gpu(op.launch.device, ns, sms);
+      }
       s->running_kernels.fetch_sub(1);
       break;
     }

@@ -65,6 +65,7 @@ struct Context {
   int device = 0;
   unsigned flags = 0;
   bool primary = false;
+  int sm_limit = 0;  // MPS execution affinity (cuCtxCreate_v3/_v4), 0: none
 };
 Context* current_context();
 Context* primary_context(int device);
@@ -120,6 +121,7 @@ struct KernelLaunch {
   unsigned smem = 0;
   uint64_t first_arg = 0;  // the first 8 bytes of the first argument (spin duration)
   int device = 0;          // the device of the context current at launch
+  unsigned sm_limit = 0;   // SMs its context may use (sm_limit.cpp), 0: all
   // NCCL kernels: a copy of the argument buffer (collectives.cpp reads its work descriptors).
   std::shared_ptr<const std::vector<unsigned char>> args;
 };
@@ -185,6 +187,13 @@ void run_on_gpu(int device, uint64_t duration_ns, unsigned sms);
 void kernel_queued(int device);
 // fork(): resets the process-local accounting in the child.
 void contention_after_fork_child();
+
+// ---- SM limits under MPS (sm_limit.cpp) ----
+// The SMs kernels of `ctx` may occupy: its execution affinity, else the process's
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, else all (always all without MPS).
+int sm_limit(const Context* ctx);
+// A kernel of `*sms` SMs under a limit of `limit` SMs: at most `limit`, for proportionally longer.
+void fit_to_sm_limit(unsigned limit, unsigned* sms, uint64_t* duration_ns);
 
 // ---- each process's device memory, seen by the simulated NVML (process_memory.cpp) ----
 void publish_memory_use(int device, uint64_t bytes);
