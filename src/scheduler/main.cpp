@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   sp.fill.stable_after_ns = us(SettingId::TANDEM_FILL_STABLE_US);
   sp.fill.max_inflight_ns = us(SettingId::TANDEM_MAX_INFLIGHT_US);
   sp.fill.fill_during_comm = setting_bool(SettingId::TANDEM_FILL_COMM);
+  sp.slo.predict = setting_bool(SettingId::TANDEM_SLO_PREDICT);
   sp.slo.period_ns = sp.period_ns;
   sp.slo.control_period_ns = us(SettingId::TANDEM_SLO_PERIOD_MS) * 1000;
   if (sp.slo.control_period_ns < 10 * sp.period_ns) sp.slo.control_period_ns = 10 * sp.period_ns;

@@ -83,7 +83,7 @@ void SloPolicy::predict(uint64_t now_ns, const std::vector<OnlineClient>& online
   // Not under an SM split: there a duty cycle below 1 switches the gate on (requests then hold
   // training entirely), a step the linear model does not describe; a cut on a latency spike
   // training did not cause took training from 0.5-0.67 to 0.33 of Exclusive (MPS, measured).
-  if (spatial_) return;
+  if (spatial_ || !p_.predict) return;
   // A quarter of the period in: enough requests to see the load, most of the period left.
   if (now_ns - interval_started_ns_ < p_.control_period_ns / 4) return;
   for (const OnlineClient& c : online) {

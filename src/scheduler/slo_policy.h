@@ -34,6 +34,7 @@ struct SloParams {
   uint64_t control_period_ns = 200000000;   // TANDEM_SLO_PERIOD_MS
   uint64_t window_ns = 500000;              // TANDEM_SLO_WINDOW_US
   uint64_t idle_ns = 50000000;              // TANDEM_SLO_IDLE_MS
+  bool predict = false;                     // TANDEM_SLO_PREDICT
   SloControllerParams controller;
 };
 

@@ -87,6 +87,7 @@ TEST_CASE("SloController: a cap lowers the duty cycle at once, never below the m
 // the model cuts training back a quarter of a period in, before the period's measurement.
 TEST_CASE("SloPolicy: the latency model cuts training at a burst's onset, ahead of the feedback") {
   SloParams p;
+  p.predict = true;  // TANDEM_SLO_PREDICT=1
   p.period_ns = kMs;
   p.control_period_ns = 100 * kMs;
   SloPolicy policy(p);
