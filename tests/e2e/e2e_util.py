@@ -2,7 +2,9 @@
 prefix and daemon socket), starting examples with or without tandem, and checks that print."""
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -74,3 +76,13 @@ def check(cond, message):
     print(("ok   " if cond else "FAIL ") + message)
     if not cond:
         raise SystemExit(1)
+
+
+def run_case(cases):
+    """The main of a test file whose cases each take an Env: argv is BUILD_DIR CASE."""
+    build, case = sys.argv[1], sys.argv[2]
+    env = Env(build)
+    try:
+        cases[case](env)
+    finally:
+        shutil.rmtree(env.tmp, ignore_errors=True)

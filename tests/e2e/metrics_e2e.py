@@ -42,7 +42,7 @@ import urllib.request
 import mmap
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, finish, wait_for  # noqa: E402
+from e2e_util import check, finish, run_case, wait_for  # noqa: E402
 from hostile_daemon_e2e import FAIL_OPEN_MS, HEARTBEAT_OFFSET, connect, cpu_seconds, gpu_uuid, hello, stop  # noqa: E402
 
 SKIP = 77
@@ -521,14 +521,5 @@ CASES = {"promtool": case_promtool, "slo": case_slo, "pool": case_pool, "prometh
          "emfile": case_emfile, "config": case_config, "rules": case_rules, "names": case_names}
 
 
-def main():
-    build, case = sys.argv[1], sys.argv[2]
-    env = Env(build)
-    try:
-        CASES[case](env)
-    finally:
-        shutil.rmtree(env.tmp, ignore_errors=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_case(CASES)
