@@ -38,7 +38,7 @@ SIM_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryC
 
 // Limits are remembered so that a program reads back what it set.
 namespace {
-std::mutex g_limit_mutex;
+ProcessMutex g_limit_mutex;
 size_t g_limits[CU_LIMIT_MAX] = {1024, 1 << 20, 8 << 20, 2, 2048, 0, 0, 0};
 }  // namespace
 SIM_API CUresult cuCtxSetLimit(CUlimit limit, size_t value) {

@@ -53,9 +53,9 @@ SharedGpu g_private[kMaxDevices];  // fallback when shared memory is unavailable
 bool alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
 // Lock-free once mapped. A stream worker may be mapping when the process forks: the child then
-// gets a fresh mutex (contention_after_fork_child) and maps the segment itself.
+// gets the mutex unlocked (ProcessMutex) and maps the segment itself.
 std::atomic<SharedGpu*> g_segments[kMaxDevices];
-std::mutex g_segments_mutex;
+ProcessMutex g_segments_mutex;
 
 SharedGpu* shared_gpu(int device) {
   std::atomic<SharedGpu*>* segments = g_segments;
@@ -274,7 +274,6 @@ void run_on_gpu(int device, uint64_t duration_ns, unsigned sms) {
 
 // fork(): the child is a new process on the GPU; its counters start empty.
 void contention_after_fork_child() {
-  new (&g_segments_mutex) std::mutex();
   for (LocalGpu& l : g_local) {
     new (&l.m) std::mutex();
     new (&l.cv) std::condition_variable();

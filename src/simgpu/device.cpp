@@ -10,7 +10,7 @@ namespace {
 std::atomic<bool> g_initialized{false};
 thread_local Context* t_current = nullptr;
 thread_local std::vector<Context*> t_stack;
-std::mutex g_ctx_mutex;
+ProcessMutex g_ctx_mutex;
 Context g_primary[16];
 int g_primary_refs[16];
 }  // namespace

@@ -17,7 +17,7 @@ namespace simgpu {
 
 namespace {
 
-std::mutex g_registry_mutex;
+ProcessMutex g_registry_mutex;
 std::vector<Stream*>* g_streams = new std::vector<Stream*>();  // never destroyed
 Stream* g_legacy = nullptr;
 thread_local Stream* t_per_thread = nullptr;
@@ -120,7 +120,7 @@ uint64_t enqueued_now(Stream* s) {
 
 // fork(): the child has none of the parent's threads; locks may have been held by them.
 void after_fork_child() {
-  new (&g_registry_mutex) std::mutex();
+  unlock_process_mutexes_in_child();
   contention_after_fork_child();
 }
 [[maybe_unused]] const int g_atfork = pthread_atfork(nullptr, nullptr, after_fork_child);
@@ -190,8 +190,10 @@ CUresult submit(Stream* s, Op op) {
   if (s->legacy && capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
   // Implicit synchronization with the legacy stream.
   if (s->legacy) {
+    // Streams of this process only: a parent's stream (before fork()) has no worker here, and
+    // work it had queued would never complete here.
     for (Stream* b : all_streams())
-      if (b != s && b->blocking && b->magic) {
+      if (b != s && b->blocking && b->magic && b->owner_pid == getpid()) {
         uint64_t seq = enqueued_now(b);
         if (b->completed.load() < seq) {
           Op wait;
@@ -201,7 +203,7 @@ CUresult submit(Stream* s, Op op) {
           push(s, wait);
         }
       }
-  } else if (s->blocking && g_legacy) {
+  } else if (s->blocking && g_legacy && g_legacy->owner_pid == getpid()) {
     uint64_t seq = enqueued_now(g_legacy);
     if (g_legacy->completed.load() < seq) {
       Op wait;

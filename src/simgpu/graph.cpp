@@ -9,7 +9,7 @@
 namespace simgpu {
 
 namespace {
-std::mutex g_mutex;
+ProcessMutex g_mutex;
 std::vector<Capture*> g_captures;  // open captures
 std::atomic<uint64_t> g_capture_ids{1};
 

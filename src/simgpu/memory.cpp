@@ -11,7 +11,7 @@
 namespace simgpu {
 namespace {
 
-std::mutex g_mutex;
+ProcessMutex g_mutex;
 std::map<uint64_t, size_t>* g_allocs = new std::map<uint64_t, size_t>();  // never destroyed
 uint64_t g_used = 0;
 // Per GPU, for the simulated NVML: the device of each tracked allocation (the current

@@ -123,7 +123,7 @@ void log(int level, const char* fmt, ...) {
 
 // Called by the weak stubs of known but unimplemented entry points (entry_points.c).
 extern "C" int simgpu_not_supported(const char* symbol) {
-  static std::mutex m;
+  static simgpu::ProcessMutex m;
   static auto* seen = new std::set<std::string>;  // never destroyed: stubs may run at exit
   bool first;
   {

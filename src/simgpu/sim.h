@@ -28,6 +28,17 @@ CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph g, CUgraphNode* err_no
 
 namespace simgpu {
 
+// ---- process-wide locks (process_mutex.cpp) ----
+// A mutex of the simulator's process-wide state. A fork()ed child has only the forking thread:
+// a mutex another thread of the parent held at the fork (a stream worker, the hook's progress
+// thread, an allocating thread) would stay locked in the child, and the child's next driver call
+// would hang. Each one registers itself; the child gets all of them unlocked (engine.cpp).
+class ProcessMutex : public std::mutex {
+ public:
+  ProcessMutex() noexcept;
+};
+void unlock_process_mutexes_in_child();
+
 // ---- settings (settings.cpp) ----
 struct Settings {
   int devices = 1;
