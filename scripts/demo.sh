@@ -10,19 +10,27 @@
 #   tandemd --policy slo, for 2 x S seconds (scripts/demo_slo.sh): latency table and plot.
 # memory: elastic training beside online inference whose models come and go, in 1 GiB, for
 #   3 x S seconds (scripts/demo_memory.sh): tandem's pool against a static 50/50 split.
+# --workload pytorch: the same scenarios with real PyTorch programs (examples/pytorch/train.py
+#   and serve.py, from the project's venv) instead of train-sim and infer-sim
+#   (scripts/demo_pytorch.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=5
 scenario=all
+workload=sim
+usage="usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|all] [--workload sim|pytorch]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
     --scenario) scenario=${2:?--scenario needs fill, slo, memory or all}; shift 2 ;;
-    *) echo "usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|all]" >&2; exit 2 ;;
+    --workload) workload=${2:?--workload needs sim or pytorch}; shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case "$scenario" in fill|slo|memory|all) ;; *) echo "demo: unknown scenario '$scenario' (fill, slo, memory or all)" >&2; exit 2 ;; esac
+case "$workload" in sim|pytorch) ;; *) echo "demo: unknown workload '$workload' (sim or pytorch)" >&2; exit 2 ;; esac
 scripts/setup.sh >/dev/null
+if [ "$workload" = pytorch ]; then scripts/setup-venv.sh >/dev/null; fi
 
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "demo: real GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
@@ -33,6 +41,7 @@ else
 fi
 out=${TANDEM_DEMO_OUT:-$(mktemp -d /tmp/tandem-demo.XXXXXX)}
 mkdir -p "$out"
+if [ "$workload" = pytorch ]; then exec .venv/bin/python scripts/demo_pytorch.py build "$out" "$seconds" "$scenario"; fi
 if [ "$scenario" = slo ]; then exec scripts/demo_slo.sh "$out/slo" "$(awk "BEGIN{print $seconds * 2}")"; fi
 if [ "$scenario" = memory ]; then exec scripts/demo_memory.sh "$out/memory" "$(awk "BEGIN{print $seconds * 3}")"; fi
 train() { build/bin/train-sim --seconds "$seconds"; }

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="build-essential cmake catch2 libfmt-dev nlohmann-json3-dev libunwind-dev python3 python3-pip python3-matplotlib valgrind passwd ${TANDEM_EXTRA_PACKAGES:-}"
+packages="build-essential cmake catch2 libfmt-dev nlohmann-json3-dev libunwind-dev python3 python3-pip python3-matplotlib valgrind passwd dpkg-dev systemd python3-seccomp prometheus ${TANDEM_EXTRA_PACKAGES:-}"
 missing=""
 for p in $packages; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
@@ -35,3 +35,17 @@ export PATH="$cuda_home/bin:$PATH"
 # shellcheck disable=SC2086
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_HOME="$cuda_home" ${TANDEM_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j"$(nproc)"
+
+# The Kubernetes API schema validator for the manifests' test (tests/deploy), pinned, into the
+# build directory (not the system Python). Without the registry the test is skipped, saying so.
+k8s_requirements=tests/deploy/requirements-kubernetes.txt
+k8s_target=build/python-kubernetes
+if ! cmp -s "$k8s_requirements" "$k8s_target/.requirements" 2>/dev/null; then
+  rm -rf "$k8s_target"
+  if PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+       --target "$k8s_target" -r "$k8s_requirements"; then
+    cp "$k8s_requirements" "$k8s_target/.requirements"
+  else
+    echo "setup: could not install $k8s_requirements; the Kubernetes manifests' test will be skipped" >&2
+  fi
+fi

@@ -6,11 +6,25 @@ real GPU and on tandem's simulated one (LD_LIBRARY_PATH=build/simgpu), with or w
 LD_PRELOAD=build/lib/libtandem.so. Prints one JSON line: steps, replays, seconds, memory.
 
     python3 examples/pytorch/train.py --steps 20 --replays 10
+
+As a workload beside others (tandem's policies): --gpu-ms adds GPU time to each step as large
+element-wise kernels (gpu_time.py), --sleep-ms a data-loading pause after it, --warmup-steps
+untimed steps first (the first loads cuBLAS and cuDNN) and --start-at a common start of the
+timed part.
+Data-parallel when started as a rank of a group (torchrun, or RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR and MASTER_PORT set): NCCL process group, one GPU per rank (LOCAL_RANK), the model
+wrapped in DistributedDataParallel, whose gradient all-reduces are NCCL kernels.
+
+    python3 examples/pytorch/train.py --seconds 10 --gpu-ms 30 --sleep-ms 15 --warmup-steps 3
+    torchrun --nproc-per-node 2 examples/pytorch/train.py --steps 20 --replays 0
 """
 import argparse
 import json
+import os
 import sys
 import time
+
+from gpu_time import GpuTime, wait_for_start, wait_while_paused
 
 
 def build_model(torch, nn, dim):
@@ -55,9 +69,25 @@ def main() -> int:
                         help="train for this long instead of --steps (the graph part follows)")
     parser.add_argument("--sleep-ms", type=float, default=0.0,
                         help="host pause after each step, the GPU idle (a data-loading bubble)")
+    parser.add_argument("--gpu-ms", type=float, default=0.0,
+                        help="GPU time added to each step as large element-wise kernels before the model's (default 0)")
+    parser.add_argument("--kernel-ms", type=float, default=1.0, help="length of one of those kernels (default 1)")
+    parser.add_argument("--warmup-steps", type=int, default=0, help="untimed steps before the timed ones (default 0)")
+    parser.add_argument("--start-at", type=float, default=0.0,
+                        help="Unix time at which the timed steps start, after the warm-up (default: at once)")
+    parser.add_argument("--pause-file", help="no steps while this file exists (a harness's switch)")
+    parser.add_argument("--log-steps", action="store_true", help="a JSON line with the Unix time at each timed step's end")
     args = parser.parse_args()
-    if args.steps < 1 or args.replays < 0 or args.batch < 1 or args.dim < 8 or args.dim % 4:
-        parser.error("--steps >= 1, --replays >= 0, --batch >= 1, --dim a multiple of 4 and >= 8")
+    if (args.steps < 1 or args.replays < 0 or args.batch < 1 or args.dim < 8 or args.dim % 4 or args.gpu_ms < 0
+            or args.kernel_ms <= 0 or args.warmup_steps < 0):
+        parser.error("--steps >= 1, --replays >= 0, --batch >= 1, --dim a multiple of 4 and >= 8, --gpu-ms >= 0, "
+                     "--kernel-ms > 0, --warmup-steps >= 0")
+
+    began = time.monotonic()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1 and args.seconds:
+        parser.error("--seconds: the ranks of a group would disagree on the number of steps; use --steps")
 
     import torch
     from torch import nn
@@ -65,28 +95,56 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("train.py: no CUDA device", file=sys.stderr)
         return 1
-    dev = torch.device("cuda")
+    if world > 1:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.distributed.init_process_group("nccl")
+    dev = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(0)
     model = build_model(torch, nn, args.dim).to(dev)
+    # Every rank builds the same model from the same seed: DDP's start-up check and broadcast of
+    # it (init_sync) are not needed, and the check reads an all-gather's result back, which the
+    # simulated GPU's collectives leave unfilled (they time, but move no data: docs/simgpu.md).
+    net = torch.nn.parallel.DistributedDataParallel(model, init_sync=False) if world > 1 else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     img = torch.randn(args.batch, 3, 32, 32, device=dev)
     label = torch.randint(0, 10, (args.batch,), device=dev)
+    gpu = GpuTime(torch, args.gpu_ms, args.kernel_ms)
 
-    start = time.monotonic()
-    steps = 0
-    while steps < args.steps if not args.seconds else time.monotonic() - start < args.seconds:
+    def step():
         opt.zero_grad(set_to_none=True)
+        gpu.launch()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(model(img), label)
+            loss = loss_fn(net(img), label)
         loss.backward()
         opt.step()
-        steps += 1
         if args.sleep_ms:
             torch.cuda.synchronize()
             time.sleep(args.sleep_ms / 1e3)
+
+    for _ in range(args.warmup_steps):
+        step()
+    torch.cuda.synchronize()
+    warmup_s = time.monotonic() - began
+    late_s = wait_for_start(args.start_at)
+
+    print(json.dumps({"ready": round(time.time(), 4), "warmup_s": round(warmup_s, 3)}), flush=True)
+    start = time.monotonic()
+    steps = 0
+    try:  # Ctrl-C (SIGINT) ends the timed part early, with the summary
+        while steps < args.steps if not args.seconds else time.monotonic() - start < args.seconds:
+            if wait_while_paused(args.pause_file):
+                continue
+            step()
+            steps += 1
+            if args.log_steps:
+                print(json.dumps({"step": steps, "t": round(time.time(), 4)}), flush=True)
+    except KeyboardInterrupt:
+        pass
     torch.cuda.synchronize()
     train_s = time.monotonic() - start
+    if world > 1:
+        torch.distributed.barrier()
 
     # Forward pass as a CUDA graph: warm up on a side stream, capture, replay (as documented).
     model.eval()
@@ -105,8 +163,12 @@ def main() -> int:
         graph.replay()
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
-    print(json.dumps({"example": "train", "steps": steps, "replays": args.replays,
+    if world > 1:
+        torch.distributed.destroy_process_group()
+    print(json.dumps({"example": "train", "rank": rank, "world_size": world, "steps": steps, "replays": args.replays,
                       "train_s": round(train_s, 3), "steps_per_s": round(steps / train_s, 2),
+                      "warmup_s": round(warmup_s, 3), "late_s": late_s,
+                      "gpu_ms_per_step": args.gpu_ms, **gpu.describe(),
                       "out_shape": list(static_out.shape), "max_allocated": torch.cuda.max_memory_allocated(),
                       "reserved": torch.cuda.memory_reserved(), "mem_free": free, "mem_total": total}))
     return 0

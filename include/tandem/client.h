@@ -19,7 +19,8 @@ int tandem_write_stats(void);
  * lowered it, `tandemctl mem --set`), with the quota and the bytes in use. Release what you can
  * (a caching allocator's unused blocks: torch.cuda.empty_cache()); further allocations fail
  * with CUDA_ERROR_OUT_OF_MEMORY until the use is under the quota. Called on tandem's progress
- * thread, at most every 100 ms while the process stays over quota; it must return promptly.
+ * thread, at most every 100 ms while the process stays over quota (at once when the
+ * quota is lowered again); it must return promptly.
  * One callback per process: a new registration replaces the old one, NULL removes it.
  * Returns 0, or -1 when tandem is disabled. */
 typedef void (*tandem_memory_pressure_fn)(unsigned long long quota_bytes, unsigned long long in_use_bytes,

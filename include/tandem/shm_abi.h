@@ -42,6 +42,10 @@
 #define TANDEM_POLICY_FILL 0u /* training protected, fillers use its bubbles */
 #define TANDEM_POLICY_SLO 1u  /* online inference protected to its latency target, training best-effort */
 
+/* tandem_client_page.training_flags */
+#define TANDEM_TRAINING_COLLECTIVES_HELD 1u /* every rank of its job is in the process (TANDEM_JOB_LOCAL): its
+                                               collectives are held like its other kernels */
+
 /* Gate modes, set by the daemon. */
 #define TANDEM_GATE_OPEN 0u   /* launches pass: not gated, or failed open */
 #define TANDEM_GATE_TOKENS 1u /* launches take tokens; wait on `wake` when there are none */
@@ -64,12 +68,14 @@ struct tandem_slot {
   uint32_t requests_open;       /* online inference: requests begun and not yet ended */
   uint32_t slo_us;              /* online inference: its latency target */
   uint64_t request_activity_ns; /* CLOCK_MONOTONIC of its last request begin or end */
+  uint32_t memory_wake; /* futex word: the daemon increments it (and wakes the client's progress
+                           thread) when it changed assigned_quota_bytes, so that a process asked to
+                           give memory back answers at once, not at its next tick */
+  uint32_t zico_permits; /* Zico: iteration starts allowed so far (the client counts those it used) */
   /* Zico (tandemd with TANDEM_ZICO=1, training only; docs/zico.md): an allocation made while the
      process's bytes in use are at most zico_trough_bytes starts an iteration and waits until
      zico_permits passes the page's zico_starts (0: no such wait). Zero in an older daemon. */
   uint64_t zico_trough_bytes;
-  uint32_t zico_permits; /* iteration starts allowed so far (the client counts those it used) */
-  uint32_t zico_reserved;
   uint8_t reserved[40];
 };
 
@@ -107,11 +113,14 @@ struct tandem_client_page {
   uint32_t progress_wake;     /* futex word of the client's own threads: its progress thread wakes
                                  its gate when completions free room in the in-flight bound */
   uint32_t reserved32;
+  uint32_t sm_count;          /* SMs its context may use (MPS execution affinity); 0: not reported */
+  uint32_t device_sms;        /* SMs of its GPU; sm_count < device_sms: spatially limited */
+  uint32_t training_flags;    /* TANDEM_TRAINING_* */
   /* Zico (see tandem_slot.zico_trough_bytes): */
   uint32_t zico_starts;  /* iteration starts this process made under a permit (or failing open) */
-  uint32_t zico_waiting; /* 1 while an allocation waits at an iteration boundary for a permit */
   uint64_t zico_wait_ns; /* total time waited at iteration boundaries */
-  uint8_t reserved[24];
+  uint32_t zico_waiting; /* 1 while an allocation waits at an iteration boundary for a permit */
+  uint8_t reserved[12];
 };
 
 struct tandem_shm_header {

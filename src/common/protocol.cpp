@@ -57,7 +57,7 @@ RecvStatus read_all(int fd, char* data, size_t size, int timeout_ms, bool starte
 }
 
 // A one-iovec message with room for a few descriptors (SCM_RIGHTS), for sendmsg/recvmsg.
-constexpr size_t kMaxFdsPerMessage = 4;
+constexpr size_t kMaxFdsPerMessage = 64;  // tandemd passes pool chunks in batches of 64
 struct FdMessage {
   iovec iov;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)] = {};

@@ -21,7 +21,8 @@ enum class MessageType : uint32_t {
   // The memory pool (docs/memory.md), on a registered client's connection:
   pool_acquire = 9,     // client -> daemon: {"bytes": int, "chunk_bytes": int}; answered (perhaps
                         //   after other processes released memory) by pool_chunk messages, then pool_granted
-  pool_chunk = 10,      // daemon -> client: {"id": int} + the chunk's fd
+  pool_chunk = 10,      // daemon -> client: {"id": int} + the chunk's fd; or, when pool_acquire said
+                        //   "batch": true, {"ids": [int]} + one fd per id (up to 64)
   pool_granted = 11,    // daemon -> client: {"chunks": int, "short_bytes": int, "reason": str}
   pool_register = 12,   // client -> daemon: {"bytes": int} + the fd of a chunk it created
   pool_registered = 13, // daemon -> client: {"id": int}

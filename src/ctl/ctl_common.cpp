@@ -1,6 +1,7 @@
 // The exchange with tandemd and the usage text shared by tandemctl's commands.
 #include "ctl_common.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -8,12 +9,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 namespace tandem::ctl {
 
 const char* const kUsage =
     "usage: tandemctl <command> [options]   (every command takes --json: one JSON document on stdout)\n"
     "  status [--json] [--socket PATH]   what the daemon sees: GPUs, bubbles, clients, tokens\n"
+    "  top [--interval S] [--json]       live view of GPUs and processes, redrawn every S seconds (1); q quits;\n"
+    "                                    --json: one snapshot, rates over one interval\n"
     "  trace --seconds N --out FILE [--json]\n"
     "                                    record N seconds of scheduling as a Chrome/Perfetto trace;\n"
     "                                    --json: what was written (file, events per GPU)\n"
@@ -28,34 +32,47 @@ void usage_error(const std::string& why) {
   std::exit(2);
 }
 
-std::string ask(const std::string& socket_path, MessageType request, const std::string& body, MessageType reply_type) {
+bool try_ask(const std::string& socket_path, MessageType request, const std::string& body, MessageType reply_type,
+             int timeout_ms, std::string& reply, std::string& why) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof addr.sun_path) usage_error("socket path too long");
   std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking connect: a UNIX connect to a daemon that stopped accepting (stopped, hung, its
+  // backlog full) would otherwise block for ever; this way it fails at once with EAGAIN.
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    std::fprintf(stderr, "tandemctl: no tandemd answers on %s (%s)\n", socket_path.c_str(), std::strerror(errno));
-    std::exit(1);
+    why = errno == EAGAIN ? "tandemd on " + socket_path + " is not accepting connections (its backlog is full)"
+                          : "no tandemd answers on " + socket_path + " (" + std::strerror(errno) + ")";
+    if (fd >= 0) close(fd);
+    return false;
   }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // the exchange itself waits with timeouts
   MessageHeader h{};
   std::string payload;
-  if (!send_message(fd, request, body) || recv_message(fd, h, payload, 5000, kMaxReplyPayload) != RecvStatus::ok) {
-    std::fprintf(stderr, "tandemctl: tandemd on %s did not answer\n", socket_path.c_str());
-    std::exit(1);
-  }
-  if (h.type == static_cast<uint32_t>(MessageType::error)) {
-    nlohmann::json e = nlohmann::json::parse(payload, nullptr, false);
-    std::string message = e.is_object() ? e.value("message", payload) : payload;
-    std::fprintf(stderr, "tandemctl: tandemd refused: %s\n", message.c_str());
-    std::exit(1);
-  }
-  if (h.type != static_cast<uint32_t>(reply_type)) {
-    std::fprintf(stderr, "tandemctl: tandemd on %s did not answer\n", socket_path.c_str());
-    std::exit(1);
-  }
+  bool answered = send_message(fd, request, body) &&
+                  recv_message(fd, h, payload, timeout_ms, kMaxReplyPayload) == RecvStatus::ok;
   close(fd);
-  return payload;
+  if (answered && h.type == static_cast<uint32_t>(MessageType::error)) {
+    nlohmann::json e = nlohmann::json::parse(payload, nullptr, false);
+    why = "tandemd refused: " + (e.is_object() ? e.value("message", payload) : payload);
+    return false;
+  }
+  if (!answered || h.type != static_cast<uint32_t>(reply_type)) {
+    why = "tandemd on " + socket_path + " did not answer";
+    return false;
+  }
+  reply = std::move(payload);
+  return true;
+}
+
+std::string ask(const std::string& socket_path, MessageType request, const std::string& body, MessageType reply_type) {
+  std::string reply, why;
+  if (!try_ask(socket_path, request, body, reply_type, 5000, reply, why)) {
+    std::fprintf(stderr, "tandemctl: %s\n", why.c_str());
+    std::exit(1);
+  }
+  return reply;
 }
 
 nlohmann::json ask_status(const std::string& socket_path) {
@@ -66,6 +83,17 @@ nlohmann::json ask_status(const std::string& socket_path) {
     std::exit(1);
   }
   return j;
+}
+
+// "docker 4f1c2a9d6e0b" (runtime and short id; the pod when Kubernetes names one), else the
+// cgroup path, as tandemd read it from /proc/<pid>/cgroup.
+std::string container_text(const nlohmann::json& client) {
+  if (!client.contains("container") || !client["container"].is_object()) return "-";
+  const auto& k = client["container"];
+  std::string runtime = k.value("runtime", std::string()), id = k.value("id", std::string());
+  std::string pod = k.value("pod", std::string()), cgroup = k.value("cgroup", std::string());
+  if (runtime.empty()) return cgroup.empty() ? "-" : "cgroup " + cgroup;
+  return runtime + " " + id.substr(0, 12) + (pod.empty() ? "" : " pod " + pod);
 }
 
 void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump().c_str()); }

@@ -14,6 +14,11 @@ extern const char* const kUsage;
 // Prints why and the usage to stderr and exits with status 2.
 [[noreturn]] void usage_error(const std::string& why);
 
+// One request, one reply within timeout_ms; false with the reason in `why` when no daemon
+// answers, it refuses or the reply is not of reply_type (tandemctl top carries on after that).
+bool try_ask(const std::string& socket_path, MessageType request, const std::string& body, MessageType reply_type,
+             int timeout_ms, std::string& reply, std::string& why);
+
 // One request, one reply; exits with a message (status 1) when no daemon answers or it refuses.
 std::string ask(const std::string& socket_path, MessageType request, const std::string& body, MessageType reply_type);
 
@@ -23,6 +28,10 @@ nlohmann::json ask_status(const std::string& socket_path);
 // `--json` output: one JSON document on one line of stdout.
 void print_json(const nlohmann::json& j);
 
+// A client's container as `status` shows it: "docker 4f1c2a9d6e0b" (runtime and short id; the
+// pod when Kubernetes names one), else its cgroup path, else "-".
+std::string container_text(const nlohmann::json& client);
+
 // Bytes as MiB with one decimal, for the tables.
 std::string mib(unsigned long long bytes);
 
@@ -31,5 +40,6 @@ int mem_show_command(const std::string& socket_path, bool json);
 int mem_set_command(const std::string& socket_path, const std::string& pid_text, std::string size, bool json);
 int trace_command(const std::string& socket_path, double seconds, const std::string& out, bool json);
 int settings_command(bool markdown, bool json);
+int top_command(const std::string& socket_path, double interval_s, bool json);
 
 }  // namespace tandem::ctl

@@ -14,17 +14,6 @@ std::string seconds_text(double seconds) {
   return text;
 }
 
-// "docker 4f1c2a9d6e0b" (runtime and short id; the pod when Kubernetes names one), else the
-// cgroup path, as tandemd read it from /proc/<pid>/cgroup.
-std::string container_text(const nlohmann::json& client) {
-  if (!client.contains("container") || !client["container"].is_object()) return "-";
-  const auto& k = client["container"];
-  std::string runtime = k.value("runtime", std::string()), id = k.value("id", std::string());
-  std::string pod = k.value("pod", std::string()), cgroup = k.value("cgroup", std::string());
-  if (runtime.empty()) return cgroup.empty() ? "-" : "cgroup " + cgroup;
-  return runtime + " " + id.substr(0, 12) + (pod.empty() ? "" : " pod " + pod);
-}
-
 }  // namespace
 
 int status_command(const std::string& socket_path, bool json) {
@@ -37,6 +26,8 @@ int status_command(const std::string& socket_path, bool json) {
   std::printf("tandemd %s  pid %d  policy %s  socket %s  up %.1f s\n", d["version"].get<std::string>().c_str(),
               d["pid"].get<int>(), d["policy"].get<std::string>().c_str(), d["socket"].get<std::string>().c_str(),
               d["uptime_s"].get<double>());
+  if (d.value("metrics", std::string()) != "")  // tandemd --metrics (docs/metrics.md)
+    std::printf("metrics http://%s/metrics\n", d["metrics"].get<std::string>().c_str());
   if (d.contains("holds") && d["holds"].is_object()) {  // what clients made it hold (docs/scheduler.md)
     const auto& h = d["holds"];
     std::printf("holds %llu connections, %llu GPU states, %llu pool chunks, %llu passed fds, %llu processes' "
@@ -74,6 +65,14 @@ int status_command(const std::string& socket_path, bool json) {
           std::printf("  pid %d: latency %.2f ms over %u requests this period, target %.2f ms, %u open\n",
                       s["pid"].get<int>(), s["latency_ms"].get<double>(), s["latency_samples"].get<unsigned>(),
                       s["slo_ms"].get<double>(), s["requests_open"].get<unsigned>());
+      if (slo.contains("floor_ms")) {
+        std::printf("  slo floor %.2f ms (a request %.2f + training in flight %.2f + collective %.2f)%s%s\n",
+                    slo["floor_ms"].get<double>(), slo["floor"]["request_ms"].get<double>(),
+                    slo["floor"]["inflight_ms"].get<double>(), slo["floor"]["collective_ms"].get<double>(),
+                    slo["spatial"].get<bool>() ? ", training on its MPS SM share" : "",
+                    slo["collectives_held"].get<bool>() ? ", collectives held" : "");
+        if (slo["below_floor"].get<bool>()) std::printf("  BELOW FLOOR: %s\n", slo["below_floor_why"].get<std::string>().c_str());
+      }
     }
   }
   return 0;

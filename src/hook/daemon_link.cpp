@@ -226,16 +226,17 @@ bool daemon_exchange(uint32_t type, const std::string& payload, int send_fd, int
       if (now >= deadline) return false;
       MessageHeader h{};
       std::string reply;
-      int fd = -1;
-      if (recv_message_with_fd(g_socket, h, reply, fd, static_cast<int>((deadline - now) / 1000000ull) + 1) !=
-          RecvStatus::ok)
+      int fds[kMaxReplyFds];
+      size_t count = 0;
+      if (recv_message_with_fds(g_socket, h, reply, fds, kMaxReplyFds, count,
+                                static_cast<int>((deadline - now) / 1000000ull) + 1, kMaxPayload) != RecvStatus::ok)
         return false;
       if (h.type == static_cast<uint32_t>(MessageType::error)) {
-        if (fd >= 0) close(fd);
+        for (size_t i = 0; i < count; ++i) close(fds[i]);
         TANDEM_LOG_WARN("tandemd answered message {} with an error: {}", type, reply);
         return false;
       }
-      if (!on_reply(h.type, reply, fd, user)) return true;
+      if (!on_reply(h.type, reply, fds, count, user)) return true;
     }
   } catch (...) {
     return false;

@@ -45,10 +45,11 @@ extern std::atomic<uint32_t> g_link_attempts;
 
 // One request on the registration socket and its replies, serialized between threads (the
 // memory pool asks from application threads and the progress thread). `send_fd` (-1: none)
-// travels with the request. Each reply goes to `on_reply(type, payload, fd)` until it returns
-// false; a passed fd belongs to the callee. False when not linked, on a socket error, or
-// after `timeout_ms` without a reply.
-using ReplyFn = bool (*)(uint32_t type, const std::string& payload, int fd, void* user);
+// travels with the request. Each reply goes to `on_reply(type, payload, fds, fd_count)` until
+// it returns false; passed fds (up to kMaxReplyFds a reply) belong to the callee. False when
+// not linked, on a socket error, or after `timeout_ms` without a reply.
+constexpr size_t kMaxReplyFds = 64;
+using ReplyFn = bool (*)(uint32_t type, const std::string& payload, const int* fds, size_t fd_count, void* user);
 bool daemon_exchange(uint32_t type, const std::string& payload, int send_fd, int timeout_ms, ReplyFn on_reply,
                      void* user) noexcept;
 

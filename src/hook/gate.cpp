@@ -7,6 +7,8 @@
 
 namespace tandem::hook {
 
+bool g_job_local = false;
+
 // Policy slo: an online inference request is running. Only active inference slots count, and
 // a request open for more than 4 times its target is taken for a stuck client and ignored.
 bool online_request_open(const tandem_shm_header* shm, uint64_t now) noexcept {

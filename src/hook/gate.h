@@ -12,6 +12,10 @@
 
 namespace tandem::hook {
 
+// TANDEM_JOB_LOCAL=1 in a training process, fixed at bootstrap: no rank of its job is
+// elsewhere, so its NCCL kernels may be gated like compute.
+extern bool g_job_local;
+
 void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns) noexcept;
 
 inline void gate_take(uint64_t cost_ns) noexcept {

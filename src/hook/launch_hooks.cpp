@@ -28,11 +28,12 @@ inline bool gate_shut() noexcept {
 }
 
 // True when this launch must take tokens: always for batch inference; for training only
-// while the daemon gates it (policy slo). Never an NCCL kernel: holding back one rank's
-// collective would stall its peers.
+// while the daemon gates it (policy slo). An NCCL kernel only when every rank of the job is in
+// this process (g_job_local): holding back one rank's collective would stall its peers, holding
+// all of them together delays the step, as holding its compute does.
 inline bool gated_launch(KernelKind kind) noexcept {
   if (g_role == TANDEM_ROLE_BATCH_INFERENCE) return true;
-  return g_role == TANDEM_ROLE_TRAINING && kind != KernelKind::nccl && gate_shut();
+  return g_role == TANDEM_ROLE_TRAINING && (kind != KernelKind::nccl || g_job_local) && gate_shut();
 }
 
 inline bool bounded_inflight() noexcept {

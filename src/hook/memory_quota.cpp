@@ -1,5 +1,6 @@
 #include "memory_quota.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <new>
@@ -7,6 +8,7 @@
 #include "counters.h"
 #include "daemon_link.h"
 #include "log.h"
+#include "pool_backend.h"
 #include "real_driver.h"
 #include "settings.h"
 
@@ -45,6 +47,7 @@ std::mutex g_pressure_mutex;  // the callback and its argument change together
 MemoryPressureFn g_pressure_fn = nullptr;
 void* g_pressure_user = nullptr;
 uint64_t g_last_pressure_ns = 0;                   // progress thread only
+uint64_t g_last_pressure_quota = 0;                // the quota the callback was last told of
 constexpr uint64_t kPressureInterval = 100000000;  // 100 ms: time to release, no spamming
 
 }  // namespace
@@ -57,15 +60,24 @@ uint64_t memory_quota() noexcept {
   return env_quota();
 }
 
-bool quota_memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes) noexcept {
-  uint64_t quota = memory_quota();
-  if (!quota) return false;
-  uint64_t used = memory_counters().bytes_in_use.load(std::memory_order_relaxed);
+bool memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes, uint64_t quota, uint64_t in_use,
+                 uint64_t idle_pooled) noexcept {
+  if (!quota && !idle_pooled) return false;
+  // At most what the device counts as used: the idle chunks are part of it.
+  uint64_t idle = std::min(idle_pooled, total_bytes - std::min(total_bytes, free_bytes));
+  free_bytes += idle;
+  used_bytes -= std::min(used_bytes, idle);
+  if (!quota) return true;
   if (quota < total_bytes) total_bytes = quota;
-  uint64_t left = total_bytes > used ? total_bytes - used : 0;
+  uint64_t left = total_bytes > in_use ? total_bytes - in_use : 0;
   if (left < free_bytes) free_bytes = left;
-  used_bytes = used;
+  used_bytes = in_use;
   return true;
+}
+
+bool quota_memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes) noexcept {
+  return memory_view(free_bytes, total_bytes, used_bytes, memory_quota(),
+                     memory_counters().bytes_in_use.load(std::memory_order_relaxed), pool_idle_bytes());
 }
 
 bool charge_memory(uint64_t bytes) noexcept {
@@ -106,14 +118,22 @@ void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept {
 void memory_quota_after_fork_child() noexcept {
   new (&g_pressure_mutex) std::mutex();
   g_last_pressure_ns = 0;
+  g_last_pressure_quota = 0;
+}
+
+bool pressure_due(uint64_t now_ns, uint64_t quota, uint64_t used, uint64_t last_ns, uint64_t last_quota) noexcept {
+  if (!quota || used <= quota) return false;
+  // A quota lowered again (tandemd wants more back) is told at once, whatever the interval.
+  return now_ns >= last_ns + kPressureInterval || quota != last_quota;
 }
 
 void memory_pressure_tick(uint64_t now_ns) noexcept {
   uint64_t quota = memory_quota();
   MemoryCounters& m = memory_counters();
   uint64_t used = m.bytes_in_use.load(std::memory_order_relaxed);
-  if (!quota || used <= quota || now_ns < g_last_pressure_ns + kPressureInterval) return;
+  if (!pressure_due(now_ns, quota, used, g_last_pressure_ns, g_last_pressure_quota)) return;
   g_last_pressure_ns = now_ns;
+  g_last_pressure_quota = quota;
   // Held while the callback runs, so that a callback being replaced is never called after
   // set_memory_pressure_callback returned; the callback must not register another.
   std::lock_guard<std::mutex> lock(g_pressure_mutex);

@@ -16,7 +16,14 @@ uint64_t memory_quota() noexcept;
 // even when the daemon lowered the quota below the use, and never more than the device has
 // free); `used` becomes the process's own use. False, and nothing changed, without a quota.
 // cuMemGetInfo and NVML's memory queries answer with it.
+// The process's own idle pooled chunks (held, no live block in them) count as free: the
+// device counts them as used, yet any allocation of this process gets them at once. False,
+// and nothing changed, without a quota and without idle pooled chunks.
 bool quota_memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes) noexcept;
+// The same, of given figures (tests): the quota (0: none), the bytes the process has in use
+// (charged against the quota) and its idle pooled bytes.
+bool memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_bytes, uint64_t quota, uint64_t in_use,
+                 uint64_t idle_pooled) noexcept;
 
 // Adds `bytes` to the process's use if it stays within the quota; else counts a refusal,
 // warns (once) naming the quota, and returns false: the caller answers CUDA_ERROR_OUT_OF_MEMORY.
@@ -31,8 +38,11 @@ void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept;
 // Fork: the parent's progress thread may have held the callback's lock; the child's copy is
 // re-created unlocked. The callback stays registered (the child runs the same program).
 void memory_quota_after_fork_child() noexcept;
-// From the progress thread, every tick: calls the callback when the process is over its
-// quota, at most every 100 ms.
+// From the progress thread, every tick (and when tandemd changed the quota): calls the
+// callback when the process is over its quota, at most every 100 ms unless the quota changed.
 void memory_pressure_tick(uint64_t now_ns) noexcept;
+// Whether the callback is due: over the quota, and 100 ms since the last call (at `last_ns`,
+// told of `last_quota`) or the quota changed since.
+bool pressure_due(uint64_t now_ns, uint64_t quota, uint64_t used, uint64_t last_ns, uint64_t last_quota) noexcept;
 
 }  // namespace tandem::hook

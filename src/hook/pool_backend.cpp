@@ -26,7 +26,8 @@ namespace {
 using memory::ChunkPool;
 using memory::GrantedChunk;
 
-// The pool's driver calls, all made under the pool's lock (so the state here needs none).
+// The pool's driver calls. The zero stream is used under the chunk lock only; markers are
+// recorded and recycled under the allocation lock only (so the state here needs no lock).
 class RealPoolDriver final : public memory::PoolDriver {
  public:
   explicit RealPoolDriver(CUdevice device) : device_(device) {
@@ -68,23 +69,23 @@ class RealPoolDriver final : public memory::PoolDriver {
     return true;
   }
   bool map(uint64_t va, uint64_t bytes, uint64_t handle) override {
-    if (g_real.cuMemMap(va, bytes, 0, handle, 0) != CUDA_SUCCESS) return false;
-    if (g_real.cuMemSetAccess(va, bytes, &access_, 1) == CUDA_SUCCESS) return true;
-    g_real.cuMemUnmap(va, bytes);
-    return false;
+    return g_real.cuMemMap(va, bytes, 0, handle, 0) == CUDA_SUCCESS;
+  }
+  bool set_access(uint64_t va, uint64_t bytes) override {
+    return g_real.cuMemSetAccess(va, bytes, &access_, 1) == CUDA_SUCCESS;
   }
   void unmap(uint64_t va, uint64_t bytes) override { g_real.cuMemUnmap(va, bytes); }
   void release(uint64_t handle) override { g_real.cuMemRelease(handle); }
-  // On a stream of the pool's own, waited for: the application's streams (non-blocking ones
-  // included) must see zeros from their first use.
-  bool zero(uint64_t va, uint64_t bytes) override {
+  // On a stream of the pool's own, on the GPU; zero_wait() waits for them all: the
+  // application's streams (non-blocking ones included) must see zeros from their first use.
+  bool zero_async(uint64_t va, uint64_t bytes) override {
     if (!zero_stream_ && g_real.cuStreamCreate(&zero_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
       zero_stream_ = nullptr;
       return false;
     }
-    return g_real.cuMemsetD8Async(va, 0, bytes, zero_stream_) == CUDA_SUCCESS &&
-           g_real.cuStreamSynchronize(zero_stream_) == CUDA_SUCCESS;
+    return g_real.cuMemsetD8Async(va, 0, bytes, zero_stream_) == CUDA_SUCCESS;
   }
+  bool zero_wait() override { return !zero_stream_ || g_real.cuStreamSynchronize(zero_stream_) == CUDA_SUCCESS; }
   void* record(void* stream, bool per_thread) override {
     CUevent e = nullptr;
     if (!events_.empty()) {
@@ -125,12 +126,29 @@ class DaemonBroker final : public memory::PoolBroker {
     std::string reason;
     uint64_t id = 0;
   };
+  static void close_all(const int* fds, size_t count) {
+    for (size_t i = 0; i < count; ++i) close(fds[i]);
+  }
   // Parses a reply; false when it belongs to another request (dropped).
-  static bool ours(const Replies& r, const std::string& payload, int fd, nlohmann::json& j) {
+  static bool ours(const Replies& r, const std::string& payload, const int* fds, size_t count, nlohmann::json& j) {
     j = nlohmann::json::parse(payload, nullptr, false);
     if (j.is_object() && j.value("seq", uint64_t{0}) == r.seq) return true;
-    if (fd >= 0) close(fd);
+    close_all(fds, count);
     return false;
+  }
+  // The chunks of a pool_chunk reply: one {"id"} and its fd, or (a batch) {"ids"} and an fd
+  // per id. False, every fd closed, when they do not match.
+  static bool take_chunks(Replies& r, const nlohmann::json& j, const int* fds, size_t count) {
+    std::vector<uint64_t> ids;
+    if (j.contains("ids") && j["ids"].is_array()) {
+      for (const auto& id : j["ids"])
+        if (id.is_number_unsigned()) ids.push_back(id.get<uint64_t>());
+    } else if (j.contains("id") && j["id"].is_number_unsigned()) {
+      ids.push_back(j["id"].get<uint64_t>());
+    }
+    if (!count || ids.size() != count) return close_all(fds, count), false;
+    for (size_t i = 0; i < count; ++i) r.chunks.push_back(GrantedChunk{fds[i], ids[i]});
+    return true;
   }
 
  public:
@@ -139,21 +157,23 @@ class DaemonBroker final : public memory::PoolBroker {
   std::vector<GrantedChunk> acquire(uint64_t bytes, uint64_t chunk_bytes) override {
     Replies replies;
     replies.seq = ++seq_;
-    auto on_reply = [](uint32_t type, const std::string& payload, int fd, void* user) {
+    auto on_reply = [](uint32_t type, const std::string& payload, const int* fds, size_t count, void* user) {
       auto& r = *static_cast<Replies*>(user);
       nlohmann::json j;
-      if (!ours(r, payload, fd, j)) return true;  // keep reading for ours
-      if (type == static_cast<uint32_t>(MessageType::pool_chunk) && fd >= 0) {
-        r.chunks.push_back(GrantedChunk{fd, j.value("id", uint64_t{0})});
+      if (!ours(r, payload, fds, count, j)) return true;  // keep reading for ours
+      if (type == static_cast<uint32_t>(MessageType::pool_chunk)) {
+        take_chunks(r, j, fds, count);
         return true;
       }
-      if (fd >= 0) close(fd);
+      close_all(fds, count);
       if (type == static_cast<uint32_t>(MessageType::pool_granted) && j.value("short_bytes", 0ull))
         r.reason = j.value("reason", std::string());
       return false;  // pool_granted (or anything unexpected) ends the answer
     };
     int wait_ms = static_cast<int>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS));
-    nlohmann::json request = {{"bytes", bytes}, {"chunk_bytes", chunk_bytes}, {"seq", replies.seq}, {"wait_ms", wait_ms}};
+    // "batch": many chunks to a message (a handover's cost does not grow a message per chunk).
+    nlohmann::json request = {{"bytes", bytes}, {"chunk_bytes", chunk_bytes}, {"seq", replies.seq},
+                              {"wait_ms", wait_ms}, {"batch", true}};
     int timeout_ms = wait_ms + 1000;  // tandemd answers by wait_ms
     uint64_t start = monotonic_ns();
     daemon_exchange(static_cast<uint32_t>(MessageType::pool_acquire), request.dump(), -1, timeout_ms, on_reply,
@@ -167,11 +187,11 @@ class DaemonBroker final : public memory::PoolBroker {
   uint64_t register_chunk(int fd, uint64_t bytes) override {
     Replies replies;
     replies.seq = ++seq_;
-    auto on_reply = [](uint32_t type, const std::string& payload, int passed, void* user) {
+    auto on_reply = [](uint32_t type, const std::string& payload, const int* fds, size_t count, void* user) {
       auto& r = *static_cast<Replies*>(user);
       nlohmann::json j;
-      if (!ours(r, payload, passed, j)) return true;
-      if (passed >= 0) close(passed);
+      if (!ours(r, payload, fds, count, j)) return true;
+      close_all(fds, count);
       if (type == static_cast<uint32_t>(MessageType::pool_registered)) r.id = j.value("id", uint64_t{0});
       return false;
     };
@@ -183,10 +203,10 @@ class DaemonBroker final : public memory::PoolBroker {
   void release(const std::vector<uint64_t>& ids) override {
     Replies replies;
     replies.seq = ++seq_;
-    auto on_reply = [](uint32_t, const std::string& payload, int passed, void* user) {
+    auto on_reply = [](uint32_t, const std::string& payload, const int* fds, size_t count, void* user) {
       nlohmann::json j;
-      if (!ours(*static_cast<Replies*>(user), payload, passed, j)) return true;
-      if (passed >= 0) close(passed);
+      if (!ours(*static_cast<Replies*>(user), payload, fds, count, j)) return true;
+      close_all(fds, count);
       return false;
     };
     // Not linked (tandemd went away): its descriptors went with it; the chunks are gone.
@@ -198,7 +218,6 @@ class DaemonBroker final : public memory::PoolBroker {
 std::mutex g_init_mutex;
 std::atomic<int> g_state{0};  // 0: not set up yet, 1: serving, -1: off
 ChunkPool* g_pool = nullptr;  // set once, never destroyed (frees may come during exit)
-std::atomic<uint64_t> g_handovers{0}, g_handover_ns_max{0}, g_handover_ns_total{0};
 uint64_t g_watermark = 0;  // TANDEM_MEM_WATERMARK in bytes, read at set-up
 
 void turn_off(const char* why) {
@@ -285,24 +304,16 @@ bool pool_serves() noexcept {
 
 uint64_t pool_charge(uint64_t bytes) noexcept { return memory::RangeAllocator::rounded(bytes ? bytes : 1); }
 
+// The fast path: no system call, no lock the progress thread takes, no daemon (chunk_pool.h).
 CUdeviceptr pool_allocate(uint64_t bytes) noexcept {
   try {
-    uint64_t received = g_pool->chunks_received();
-    uint64_t start = monotonic_ns();
-    uint64_t ptr = g_pool->allocate(bytes);
-    if (ptr && g_pool->chunks_received() > received) {  // memory that changed owner
-      uint64_t took = monotonic_ns() - start;
-      g_handovers.fetch_add(1, std::memory_order_relaxed);
-      g_handover_ns_total.fetch_add(took, std::memory_order_relaxed);
-      uint64_t max = g_handover_ns_max.load(std::memory_order_relaxed);
-      while (took > max && !g_handover_ns_max.compare_exchange_weak(max, took)) {
-      }
-    }
-    return ptr;
+    return g_pool->allocate(bytes);
   } catch (...) {
     return 0;
   }
 }
+
+uint64_t pool_idle_bytes() noexcept { return g_state.load(std::memory_order_acquire) > 0 ? g_pool->idle_bytes() : 0; }
 
 bool pool_owns(CUdeviceptr ptr) noexcept { return g_state.load(std::memory_order_acquire) > 0 && g_pool->owns(ptr); }
 
@@ -318,7 +329,7 @@ void pool_tick() noexcept {
   if (g_state.load(std::memory_order_acquire) <= 0) return;
   try {
     uint64_t held = 0, live = 0;
-    if (!g_pool->try_usage(held, live)) return;
+    g_pool->usage(held, live);
     uint64_t quota = memory_quota();
     if (quota && held > quota) {  // tandemd lowered the quota: give back what is idle
       uint64_t start = monotonic_ns();
@@ -350,9 +361,6 @@ void pool_tick() noexcept {
 void pool_after_fork_child() noexcept {
   new (&g_init_mutex) std::mutex();  // only this thread exists in the child
   g_pool = nullptr;                  // the parent's, left as it is (never destroyed anyway)
-  g_handovers.store(0);
-  g_handover_ns_max.store(0);
-  g_handover_ns_total.store(0);
   g_state.store(0, std::memory_order_release);
 }
 
@@ -361,9 +369,6 @@ PoolFigures pool_figures() noexcept {
   if (g_state.load(std::memory_order_acquire) <= 0) return f;
   f.on = true;
   f.pool = g_pool->stats();
-  f.handovers = g_handovers.load(std::memory_order_relaxed);
-  f.handover_ns_max = g_handover_ns_max.load(std::memory_order_relaxed);
-  f.handover_ns_total = g_handover_ns_total.load(std::memory_order_relaxed);
   return f;
 }
 

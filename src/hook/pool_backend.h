@@ -14,6 +14,9 @@ bool pool_serves() noexcept;
 // A pooled block of `bytes` (already charged to the quota), or 0.
 CUdeviceptr pool_allocate(uint64_t bytes) noexcept;
 bool pool_owns(CUdeviceptr ptr) noexcept;
+// Bytes of chunks this process holds with no live block in them (0: pool off): memory it
+// could use at once, which cuMemGetInfo counts as free.
+uint64_t pool_idle_bytes() noexcept;
 // Frees a pooled block (stream-ordered when `ordered`); `bytes` gets its charged size.
 bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint64_t* bytes) noexcept;
 // The size a pooled allocation of `bytes` is charged (rounded as the pool allocates it).
@@ -25,7 +28,6 @@ void pool_tick() noexcept;
 struct PoolFigures {
   bool on = false;
   memory::PoolStats pool;
-  uint64_t handovers = 0, handover_ns_max = 0, handover_ns_total = 0;  // allocations that received chunks
 };
 PoolFigures pool_figures() noexcept;
 // Fork, in the child: the pool is the parent's (its chunks, its registration with tandemd, its

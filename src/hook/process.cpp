@@ -3,13 +3,16 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "counters.h"
 #include "handle_map.h"
 #include "memory_quota.h"
+#include "mps_share.h"
 #include "progress.h"
 #include "daemon_link.h"
+#include "gate.h"
 #include "log.h"
 #include "online_requests.h"
 #include "pool_backend.h"
@@ -54,9 +57,18 @@ void after_fork_child() noexcept {
   g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);
 }
 
+// A setuid, setgid or file-capability program (the kernel's AT_SECURE) runs with its
+// caller's environment, and /etc/ld.so.preload loads tandem into it as into any other: there
+// TANDEM_REAL_LIBCUDA would make it load the caller's library with the program's privileges
+// and TANDEM_STATS_FILE write the caller's path. Like the loader with LD_LIBRARY_PATH, tandem
+// then ignores its settings: defaults only.
+bool secure_execution() noexcept { return getauxval(AT_SECURE) != 0; }
+
 void bootstrap() noexcept {
-  load_settings(environ, warn_setting);
+  bool secure = secure_execution();
+  load_settings(secure ? nullptr : environ, warn_setting);
   set_log_level(static_cast<LogLevel>(setting_enum(SettingId::TANDEM_LOG)));
+  if (secure) TANDEM_LOG_WARN("a setuid, setgid or privileged program: TANDEM_* settings are ignored, defaults apply");
   g_disabled = setting_bool(SettingId::TANDEM_DISABLE);
   char error[512];
   if (!resolve_real_driver(setting_text(SettingId::TANDEM_REAL_LIBCUDA), error, sizeof error)) {
@@ -69,6 +81,8 @@ void bootstrap() noexcept {
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   atexit(on_exit_write_stats);
   g_role = role_code(setting_text(SettingId::TANDEM_ROLE));
+  ask_mps_sm_share();  // before this first call reaches the driver
+  g_job_local = g_role == TANDEM_ROLE_TRAINING && setting_bool(SettingId::TANDEM_JOB_LOCAL);
   start_progress_thread();  // registers with tandemd in the background: never blocks the caller
   TANDEM_LOG_INFO("bootstrapped (role {}, driver {})", setting_text(SettingId::TANDEM_ROLE),
                   setting_text(SettingId::TANDEM_REAL_LIBCUDA));

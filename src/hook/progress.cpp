@@ -11,8 +11,10 @@
 #include "capture_state.h"
 #include "counters.h"
 #include "futex.h"
+#include "gate.h"
 #include "log.h"
 #include "memory_quota.h"
+#include "mps_share.h"
 #include "online_requests.h"
 #include "pool_backend.h"
 #include "real_driver.h"
@@ -149,7 +151,8 @@ void* progress_main(void*) {
   const uint64_t tick = period / 4 ? period / 4 : 1000;
   // Wait for the first launch to publish the application's context.
   CUcontext ctx = nullptr;
-  while (!(ctx = g_notes.context.load(std::memory_order_acquire))) sleep_ns(period);
+  // At most 10 ms apart whatever the period: the memory pool waits (bounded) for the first link.
+  while (!(ctx = g_notes.context.load(std::memory_order_acquire))) sleep_ns(std::min<uint64_t>(period, 10000000));
   g_real.cuCtxSetCurrent(ctx);
   g_real.cuThreadExchangeStreamCaptureMode(&relaxed);
   unsigned char uuid[16] = {};
@@ -171,6 +174,10 @@ void* progress_main(void*) {
       unlink_from_daemon();
       next_link_attempt = now + 100000000ull;
     }
+    // Read before this turn's look at the quota (and after a link made in this turn): a change
+    // made from here on ends the sleep below.
+    const tandem_slot* woken_by = current_slot();
+    uint32_t memory_seen = woken_by ? __atomic_load_n(&woken_by->memory_wake, __ATOMIC_ACQUIRE) : 0;
     if (tandem_client_page* page = current_slot() ? current_page() : nullptr) {
       __atomic_store_n(&page->heartbeat_ns, now, __ATOMIC_RELEASE);
       const MemoryCounters& mem = memory_counters();
@@ -178,6 +185,8 @@ void* progress_main(void*) {
       __atomic_store_n(&page->bytes_in_use, mem.bytes_in_use.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&page->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&page->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
+      publish_sm_share(page);
+      __atomic_store_n(&page->training_flags, g_job_local ? TANDEM_TRAINING_COLLECTIVES_HELD : 0u, __ATOMIC_RELAXED);
       memory_pressure_tick(now);
       pool_tick();
       zico_progress_tick();
@@ -193,7 +202,12 @@ void* progress_main(void*) {
       std::lock_guard<std::mutex> lock(g_marker_mutex);
       poll_markers_locked(now);
     }
-    sleep_ns(tick);
+    // tandemd wakes this thread when it changes the quota (memory wanted back at once).
+    if (woken_by && woken_by == current_slot()) {
+      futex_wait(&woken_by->memory_wake, memory_seen, tick);
+    } else {
+      sleep_ns(tick);
+    }
   }
   return nullptr;
 }

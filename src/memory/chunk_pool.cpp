@@ -3,14 +3,26 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace tandem::memory {
 
+namespace {
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+void raise_to(std::atomic<uint64_t>& word, uint64_t value) {
+  uint64_t old = word.load(std::memory_order_relaxed);
+  while (value > old && !word.compare_exchange_weak(old, value, std::memory_order_acq_rel)) {
+  }
+}
+}  // namespace
+
 ChunkPool::ChunkPool(PoolDriver& driver, PoolBroker& broker, uint64_t chunk_bytes, uint64_t va_bytes)
     : driver_(driver), broker_(broker), chunk_bytes_(chunk_bytes),
-      va_bytes_(chunk_bytes ? va_bytes / chunk_bytes * chunk_bytes : 0) {
-  stats_.chunk_bytes = chunk_bytes_;
-}
+      va_bytes_(chunk_bytes ? va_bytes / chunk_bytes * chunk_bytes : 0) {}
 
 ChunkPool::~ChunkPool() {
   for (Pending& p : pending_)
@@ -20,24 +32,36 @@ ChunkPool::~ChunkPool() {
 bool ChunkPool::init(const char** why) {
   if (!chunk_bytes_ || !va_bytes_) return *why = "chunk or range size is zero", false;
   if (!driver_.reserve(va_bytes_, base_)) return *why = "cannot reserve a virtual address range", false;
-  slots_.resize(va_bytes_ / chunk_bytes_);
+  slot_count_ = static_cast<uint32_t>(va_bytes_ / chunk_bytes_);
+  slots_.resize(slot_count_);
+  shared_ = std::make_unique<SlotShared[]>(slot_count_);
   return true;
 }
 
-bool ChunkPool::slot_idle(uint32_t i) const {
-  const Slot& s = slots_[i];
-  return s.state == SlotState::small && s.live == 0 && s.pending == 0 && s.blocks->empty();
+bool ChunkPool::claim_block(uint32_t i) {
+  std::atomic<uint32_t>& use = shared_[i].use;
+  uint32_t v = use.load(std::memory_order_acquire);
+  do {
+    if (!(v & kMapped) || (v & kLeaving)) return false;
+  } while (!use.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel));
+  return true;
 }
 
-uint64_t ChunkPool::idle_bytes_locked() const {
-  uint64_t idle = 0;
-  for (uint32_t i = 0; i < slots_.size(); ++i) idle += slot_idle(i) ? chunk_bytes_ : 0;
-  return idle;
+void ChunkPool::unclaim_block(uint32_t i) { shared_[i].use.fetch_sub(1, std::memory_order_release); }
+
+bool ChunkPool::small_usable(uint32_t i) const {
+  uint32_t v = shared_[i].use.load(std::memory_order_acquire);
+  return slots_[i].state == SlotState::small && (v & kMapped) && !(v & kLeaving);
 }
 
-// Reuse before growth: what is free now, then what the GPU has finished with, then (when the
-// pending frees could hold the block) what a synchronization frees; only then new chunks,
-// and as a last resort a synchronization after all.
+bool ChunkPool::slot_empty(uint32_t i) const {
+  return slots_[i].state == SlotState::small && slots_[i].blocks->empty() &&
+         shared_[i].use.load(std::memory_order_acquire) == kMapped;
+}
+
+// Reuse before growth: what is free now (the fast path), then what the GPU has finished with,
+// then (when the pending frees could hold the block) what a synchronization frees; only then
+// new chunks, and as a last resort a synchronization after all.
 template <typename Try>
 uint64_t ChunkPool::with_reuse(Try&& attempt) {
   if (uint64_t p = attempt(false)) return p;
@@ -45,7 +69,7 @@ uint64_t ChunkPool::with_reuse(Try&& attempt) {
   reap(false);
   if (uint64_t p = attempt(false)) return p;
   bool waits_for_sync = std::any_of(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.marker; });
-  if (waits_for_sync && stats_.pending_bytes >= chunk_bytes_ / 2) {
+  if (waits_for_sync && pending_bytes_.load(std::memory_order_relaxed) >= chunk_bytes_ / 2) {
     reap(true);
     if (uint64_t p = attempt(false)) return p;
   }
@@ -56,41 +80,60 @@ uint64_t ChunkPool::with_reuse(Try&& attempt) {
 }
 
 uint64_t ChunkPool::allocate(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (slots_.empty()) return 0;
+  std::lock_guard<std::mutex> lock(alloc_mutex_);
+  if (!slot_count_) return 0;
   uint64_t want = RangeAllocator::rounded(bytes ? bytes : 1);
   if (want <= chunk_bytes_) return with_reuse([&](bool grow) { return allocate_small(want, grow); });
   return with_reuse([&](bool grow) { return allocate_run(want, grow); });
 }
 
 uint64_t ChunkPool::allocate_small(uint64_t bytes, bool grow) {
+  auto place = [&](uint32_t i) -> uint64_t {
+    Slot& s = slots_[i];
+    if (!small_usable(i) || s.blocks->largest_free() < bytes || !claim_block(i)) return 0;
+    uint64_t offset = s.blocks->allocate(bytes);
+    if (offset == RangeAllocator::kNone) return unclaim_block(i), 0;
+    uint64_t ptr = slot_va(i) + offset;
+    blocks_[ptr] = Block{bytes, i, 0, s.stamp};
+    live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    hint_ = i;
+    return ptr;
+  };
+  if (hint_ < slot_count_)
+    if (uint64_t p = place(hint_)) return p;
+  for (size_t k = 0; k < small_slots_.size();) {
+    uint32_t i = small_slots_[k];
+    if (slots_[i].state != SlotState::small || !(shared_[i].use.load(std::memory_order_acquire) & kMapped)) {
+      small_slots_[k] = small_slots_.back();  // released or part of a run now
+      small_slots_.pop_back();
+      continue;
+    }
+    if (uint64_t p = place(i)) return p;
+    ++k;
+  }
+  if (!grow) return 0;
   uint32_t target = UINT32_MAX;
-  for (uint32_t i = 0; i < slots_.size() && target == UINT32_MAX; ++i)
-    if (slots_[i].state == SlotState::small && slots_[i].blocks->largest_free() >= bytes) target = i;
-  if (target == UINT32_MAX && grow) {
+  {
+    std::lock_guard<std::mutex> chunks(chunk_mutex_);
     // A new chunk, from the top of the range: runs take the bottom, so they stay contiguous.
-    for (uint32_t i = static_cast<uint32_t>(slots_.size()); i-- > 0;)
-      if (slots_[i].state == SlotState::unmapped) {
-        if (fill_slots({i})) target = i;
+    for (uint32_t i = slot_count_; i-- > 0;)
+      if (shared_[i].use.load(std::memory_order_acquire) == 0) {
+        if (fill_slots_locked({i})) target = i;
         break;
       }
   }
-  if (target == UINT32_MAX) return 0;
-  Slot& s = slots_[target];
-  uint64_t offset = s.blocks->allocate(bytes);
-  if (offset == RangeAllocator::kNone) return 0;
-  uint64_t ptr = slot_va(target) + offset;
-  ++s.live;
-  blocks_[ptr] = Block{bytes, target, 0};
-  stats_.live_bytes += bytes;
-  return ptr;
+  return target == UINT32_MAX ? 0 : place(target);
 }
 
 uint64_t ChunkPool::allocate_run(uint64_t bytes, bool grow) {
   const uint32_t n = static_cast<uint32_t>((bytes + chunk_bytes_ - 1) / chunk_bytes_);
-  auto usable = [&](uint32_t i) { return slot_idle(i) || (grow && slots_[i].state == SlotState::unmapped); };
+  std::unique_lock<std::mutex> chunks(chunk_mutex_, std::defer_lock);
+  if (grow) chunks.lock();  // the unmapped slots stay unmapped while this looks
+  auto usable = [&](uint32_t i) {
+    return slot_empty(i) || (grow && shared_[i].use.load(std::memory_order_acquire) == 0);
+  };
   uint32_t start = 0, length = 0;
-  for (uint32_t i = 0; i < slots_.size() && length < n; ++i) {
+  for (uint32_t i = 0; i < slot_count_ && length < n; ++i) {
     if (usable(i)) {
       if (length++ == 0) start = i;
     } else {
@@ -100,101 +143,154 @@ uint64_t ChunkPool::allocate_run(uint64_t bytes, bool grow) {
   if (length < n) return 0;
   std::vector<uint32_t> fresh;
   for (uint32_t i = start; i < start + n; ++i)
-    if (slots_[i].state == SlotState::unmapped) fresh.push_back(i);
-  if (!fresh.empty() && !fill_slots(fresh)) return 0;
+    if (shared_[i].use.load(std::memory_order_acquire) == 0) fresh.push_back(i);
+  if (!fresh.empty() && !fill_slots_locked(fresh)) return 0;
+  // Every slot of the run is won against trimming, or none is.
+  for (uint32_t i = start; i < start + n; ++i) {
+    if (claim_block(i)) continue;
+    while (i-- > start) unclaim_block(i);
+    return 0;
+  }
+  uint64_t stamp = 0;
   for (uint32_t i = start; i < start + n; ++i) {
     slots_[i].state = SlotState::run;
     slots_[i].blocks.reset();
     slots_[i].run_head = start;
+    stamp = std::max(stamp, slots_[i].stamp);
   }
-  slots_[start].live = 1;
   uint64_t ptr = slot_va(start);
-  blocks_[ptr] = Block{bytes, start, n};
-  stats_.live_bytes += bytes;
+  blocks_[ptr] = Block{bytes, start, n, stamp};
+  live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   return ptr;
+}
+
+void ChunkPool::mark_mapped(uint32_t i) {
+  Slot& s = slots_[i];
+  s.state = SlotState::small;
+  s.blocks = std::make_unique<RangeAllocator>(chunk_bytes_);
+  s.run_head = 0;
+  s.stamp = next_stamp_++;
+  if (std::find(small_slots_.begin(), small_slots_.end(), i) == small_slots_.end()) small_slots_.push_back(i);
+  shared_[i].last_free_seq.store(0, std::memory_order_relaxed);
+  shared_[i].use.store(kMapped, std::memory_order_release);
+  held_bytes_.fetch_add(chunk_bytes_, std::memory_order_relaxed);
+}
+
+// Read-write access once per contiguous run of the new mappings, then one memset per run of
+// received chunks, all on the pool's stream, and one wait for them all.
+bool ChunkPool::open_runs(const std::vector<uint32_t>& slots, const std::vector<bool>& zero) {
+  auto runs = [&](auto&& member, auto&& each) {
+    for (size_t a = 0; a < slots.size();) {
+      if (!member(a)) {
+        ++a;
+        continue;
+      }
+      size_t b = a + 1;
+      while (b < slots.size() && member(b) && slots[b] == slots[b - 1] + 1) ++b;
+      driver_calls_.fetch_add(1, std::memory_order_relaxed);
+      if (!each(slot_va(slots[a]), (b - a) * chunk_bytes_)) return false;
+      a = b;
+    }
+    return true;
+  };
+  if (!runs([](size_t) { return true; }, [&](uint64_t va, uint64_t len) { return driver_.set_access(va, len); }))
+    return false;
+  if (std::find(zero.begin(), zero.end(), true) == zero.end()) return true;
+  uint64_t start = now_ns();
+  bool ok = runs([&](size_t k) { return zero[k]; }, [&](uint64_t va, uint64_t len) { return driver_.zero_async(va, len); });
+  ok = driver_.zero_wait() && ok;
+  zero_ns_total_.fetch_add(now_ns() - start, std::memory_order_relaxed);
+  return ok;
 }
 
 // Chunks from tandemd first (other processes' released memory: zero-filled here, since it
 // changes owner), then new ones made here and registered with tandemd.
-bool ChunkPool::fill_slots(const std::vector<uint32_t>& slots) {
-  size_t mapped = 0;
-  bool ok = true;
+bool ChunkPool::fill_slots_locked(const std::vector<uint32_t>& slots) {
+  const uint64_t start = now_ns();
+  slow_calls_.fetch_add(1, std::memory_order_relaxed);
+  std::vector<uint64_t> handles, ids;
+  std::vector<bool> zero;
   std::vector<uint64_t> give_back;
   if (broker_.linked()) {
     for (const GrantedChunk& g : broker_.acquire(slots.size() * chunk_bytes_, chunk_bytes_)) {
       uint64_t handle = 0;
-      bool imported = mapped < slots.size() && driver_.import_fd(g.fd, handle);
-      ++stats_.driver_calls;
+      bool imported = handles.size() < slots.size() && driver_.import_fd(g.fd, handle);
+      driver_calls_.fetch_add(1, std::memory_order_relaxed);
       close(g.fd);
-      if (imported && map_chunk(slots[mapped], handle, g.id, true)) {
-        ++mapped;
-        ++stats_.chunks_received;
+      if (imported && (driver_calls_.fetch_add(1, std::memory_order_relaxed),
+                       driver_.map(slot_va(slots[handles.size()]), chunk_bytes_, handle))) {
+        handles.push_back(handle);
+        ids.push_back(g.id);
+        zero.push_back(true);
       } else {
         if (imported) driver_.release(handle);
         give_back.push_back(g.id);  // not usable here: back to the pool
       }
     }
   }
-  while (ok && mapped < slots.size()) {
+  const size_t received = handles.size();
+  bool ok = true;
+  while (ok && handles.size() < slots.size()) {
     uint64_t handle = 0;
-    ++stats_.driver_calls;
-    if (!driver_.create(chunk_bytes_, handle)) {
-      ok = false;
-      break;
-    }
-    if (!map_chunk(slots[mapped], handle, 0, false)) {
+    driver_calls_.fetch_add(2, std::memory_order_relaxed);
+    ok = driver_.create(chunk_bytes_, handle);
+    if (ok && !driver_.map(slot_va(slots[handles.size()]), chunk_bytes_, handle)) {
       driver_.release(handle);
       ok = false;
-      break;
     }
-    ++stats_.chunks_created;
-    if (broker_.linked()) {
-      int fd = driver_.export_fd(handle);
-      ++stats_.driver_calls;
-      if (fd >= 0) {
-        slots_[slots[mapped]].daemon_id = broker_.register_chunk(fd, chunk_bytes_);
-        close(fd);
-      }
+    if (ok) {
+      handles.push_back(handle);
+      ids.push_back(0);
+      zero.push_back(false);
     }
-    ++mapped;
   }
-  if (!ok)  // all or none: what was mapped for this request goes back
-    for (size_t i = 0; i < mapped; ++i) unmap_chunk(slots[i], give_back);
+  if (ok) ok = open_runs(slots, zero);
+  if (!ok) {  // all or none: what was mapped for this request goes back
+    for (size_t k = 0; k < handles.size(); ++k) {
+      driver_.unmap(slot_va(slots[k]), chunk_bytes_);
+      driver_.release(handles[k]);
+      if (ids[k]) give_back.push_back(ids[k]);
+    }
+  } else {
+    for (size_t k = 0; k < handles.size(); ++k) {
+      SlotShared& sh = shared_[slots[k]];
+      sh.handle = handles[k];
+      sh.daemon_id = ids[k];
+      if (k >= received && broker_.linked()) {
+        int fd = driver_.export_fd(handles[k]);
+        driver_calls_.fetch_add(1, std::memory_order_relaxed);
+        if (fd >= 0) {
+          sh.daemon_id = broker_.register_chunk(fd, chunk_bytes_);
+          close(fd);
+        }
+      }
+      mark_mapped(slots[k]);
+    }
+    chunks_received_.fetch_add(received, std::memory_order_relaxed);
+    chunks_created_.fetch_add(handles.size() - received, std::memory_order_relaxed);
+  }
   if (!give_back.empty()) broker_.release(give_back);
+  if (ok && received) {  // memory that changed owner: request to usable
+    uint64_t took = now_ns() - start;
+    handovers_.fetch_add(1, std::memory_order_relaxed);
+    handover_ns_total_.fetch_add(took, std::memory_order_relaxed);
+    raise_to(handover_ns_max_, took);
+  }
   return ok;
 }
 
-bool ChunkPool::map_chunk(uint32_t slot, uint64_t handle, uint64_t daemon_id, bool zero) {
-  uint64_t va = slot_va(slot);
-  stats_.driver_calls += zero ? 2 : 1;
-  if (!driver_.map(va, chunk_bytes_, handle)) return false;
-  if (zero && !driver_.zero(va, chunk_bytes_)) {
-    driver_.unmap(va, chunk_bytes_);
-    return false;
-  }
-  Slot& s = slots_[slot];
-  s.state = SlotState::small;
-  s.handle = handle;
-  s.daemon_id = daemon_id;
-  s.blocks = std::make_unique<RangeAllocator>(chunk_bytes_);
-  s.live = s.pending = 0;
-  stats_.held_bytes += chunk_bytes_;
-  return true;
-}
-
-void ChunkPool::unmap_chunk(uint32_t slot, std::vector<uint64_t>& released_ids) {
-  Slot& s = slots_[slot];
+void ChunkPool::unmap_chunk(uint32_t slot) {
+  SlotShared& sh = shared_[slot];
   driver_.unmap(slot_va(slot), chunk_bytes_);
-  driver_.release(s.handle);  // tandemd's descriptor keeps a registered chunk alive
-  stats_.driver_calls += 2;
-  if (s.daemon_id) released_ids.push_back(s.daemon_id);
-  s = Slot{};
-  stats_.held_bytes -= chunk_bytes_;
-  ++stats_.chunks_released;
+  driver_.release(sh.handle);  // tandemd's descriptor keeps a registered chunk alive
+  driver_calls_.fetch_add(2, std::memory_order_relaxed);
+  sh.handle = sh.daemon_id = 0;
+  sh.use.store(0, std::memory_order_release);
+  chunks_released_.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool ChunkPool::free(uint64_t ptr, bool stream_ordered, void* stream, bool per_thread, uint64_t* bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(alloc_mutex_);
   auto it = blocks_.find(ptr);
   if (it == blocks_.end()) return false;
   Block b = it->second;
@@ -202,110 +298,160 @@ bool ChunkPool::free(uint64_t ptr, bool stream_ordered, void* stream, bool per_t
   if (bytes) *bytes = b.bytes;
   // A marker that cannot be recorded (a stream being captured) waits for a synchronization.
   void* marker = stream_ordered ? driver_.record(stream, per_thread) : nullptr;
-  pending_.push_back(Pending{ptr, marker});
+  uint64_t seq = free_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  pending_.push_back(Pending{ptr, marker, seq});
   pending_blocks_[ptr] = b;
-  Slot& s = slots_[b.slot];
-  --s.live;
-  ++s.pending;
-  stats_.live_bytes -= b.bytes;
-  stats_.pending_bytes += b.bytes;
+  // The free's number first, then the use: trimming that sees the chunk unused sees the number.
+  for (uint32_t i = b.slot; i < b.slot + std::max<uint32_t>(b.run, 1); ++i) {
+    shared_[i].last_free_seq.store(seq, std::memory_order_relaxed);
+    unclaim_block(i);
+  }
+  live_bytes_.fetch_sub(b.bytes, std::memory_order_relaxed);
+  pending_bytes_.fetch_add(b.bytes, std::memory_order_relaxed);
   return true;
+}
+
+void ChunkPool::synchronize_device() {
+  uint64_t covered = free_seq_.load(std::memory_order_acquire);  // frees made before the synchronization
+  driver_.synchronize();
+  syncs_.fetch_add(1, std::memory_order_relaxed);
+  slow_calls_.fetch_add(1, std::memory_order_relaxed);
+  raise_to(synced_seq_, covered);
 }
 
 void ChunkPool::reap(bool synchronize) {
   if (pending_.empty()) return;
-  if (synchronize) {
-    driver_.synchronize();
-    ++stats_.syncs;
-  }
+  if (synchronize) synchronize_device();
   auto finished = [&](Pending& p) {
-    bool done = p.marker ? synchronize || driver_.done(p.marker) : synchronize;
+    bool done = p.seq <= synced_seq_.load(std::memory_order_acquire) || (p.marker && driver_.done(p.marker));
     if (!done) return false;
     if (p.marker) driver_.recycle(p.marker);
     finish_free(p.ptr);
     return true;
   };
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), finished), pending_.end());
+  // Every free before the oldest one still pending is finished: trimming may take its chunks.
+  raise_to(synced_seq_, pending_.empty() ? free_seq_.load(std::memory_order_relaxed) : pending_.front().seq - 1);
 }
 
+// The block's memory becomes free in its sub-allocator, unless trimming gave its chunk away
+// meanwhile (then the slot was reset, or will be when a chunk is mapped there again).
 void ChunkPool::finish_free(uint64_t ptr) {
   auto it = pending_blocks_.find(ptr);
   if (it == pending_blocks_.end()) return;
   Block b = it->second;
   pending_blocks_.erase(it);
-  Slot& head = slots_[b.slot];
-  --head.pending;
-  stats_.pending_bytes -= b.bytes;
+  pending_bytes_.fetch_sub(b.bytes, std::memory_order_relaxed);
   if (!b.run) {
-    head.blocks->free(ptr - slot_va(b.slot));
+    Slot& s = slots_[b.slot];
+    if (s.state == SlotState::small && s.stamp == b.stamp) s.blocks->free(ptr - slot_va(b.slot));
     return;
   }
   for (uint32_t i = b.slot; i < b.slot + b.run; ++i) {  // the run's chunks become single chunks
-    slots_[i].state = SlotState::small;
-    slots_[i].blocks = std::make_unique<RangeAllocator>(chunk_bytes_);
-    slots_[i].run_head = 0;
+    Slot& s = slots_[i];
+    if (s.state != SlotState::run || s.run_head != b.slot || s.stamp > b.stamp) continue;
+    s.state = SlotState::small;
+    s.blocks = std::make_unique<RangeAllocator>(chunk_bytes_);
+    s.run_head = 0;
+    if (std::find(small_slots_.begin(), small_slots_.end(), i) == small_slots_.end()) small_slots_.push_back(i);
   }
 }
 
+// Claims idle chunks from the top (an allocation can no longer place a block in them), tells
+// tandemd first, and only then unmaps them: the receiver need not wait for the unmapping.
 uint64_t ChunkPool::trim_locked(uint64_t target_bytes, bool may_synchronize) {
-  if (stats_.held_bytes <= target_bytes) return 0;
-  reap(false);
-  if (may_synchronize && !pending_.empty() && stats_.held_bytes - idle_bytes_locked() > target_bytes) reap(true);
+  if (held_bytes_.load(std::memory_order_relaxed) <= target_bytes) return 0;
+  bool unfinished = false;
+  for (uint32_t i = 0; i < slot_count_ && !unfinished; ++i)
+    unfinished = shared_[i].use.load(std::memory_order_acquire) == kMapped &&
+                 shared_[i].last_free_seq.load(std::memory_order_relaxed) > synced_seq_.load(std::memory_order_relaxed);
+  if (unfinished && may_synchronize) synchronize_device();
+  std::vector<uint32_t> leaving;
   std::vector<uint64_t> ids;
   uint64_t released = 0;
-  for (uint32_t i = static_cast<uint32_t>(slots_.size()); i-- > 0 && stats_.held_bytes > target_bytes;) {
-    if (!slot_idle(i)) continue;
-    unmap_chunk(i, ids);
+  for (uint32_t i = slot_count_; i-- > 0 && held_bytes_.load(std::memory_order_relaxed) > target_bytes;) {
+    uint32_t idle = kMapped;
+    if (!shared_[i].use.compare_exchange_strong(idle, kMapped | kLeaving, std::memory_order_acq_rel)) continue;
+    if (shared_[i].last_free_seq.load(std::memory_order_relaxed) > synced_seq_.load(std::memory_order_acquire)) {
+      shared_[i].use.store(kMapped, std::memory_order_release);  // the GPU may still write it
+      continue;
+    }
+    leaving.push_back(i);
+    if (shared_[i].daemon_id) ids.push_back(shared_[i].daemon_id);
+    held_bytes_.fetch_sub(chunk_bytes_, std::memory_order_relaxed);
     released += chunk_bytes_;
   }
+  if (leaving.empty()) return 0;
+  slow_calls_.fetch_add(1, std::memory_order_relaxed);
   if (!ids.empty()) broker_.release(ids);
+  for (uint32_t i : leaving) unmap_chunk(i);
   return released;
 }
 
 uint64_t ChunkPool::trim(uint64_t target_bytes, bool may_synchronize) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(chunk_mutex_);
   return trim_locked(target_bytes, may_synchronize);
 }
 
 uint64_t ChunkPool::try_trim(uint64_t target_bytes, bool may_synchronize) {
-  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  std::unique_lock<std::mutex> lock(chunk_mutex_, std::try_to_lock);
   return lock.owns_lock() ? trim_locked(target_bytes, may_synchronize) : 0;
 }
 
+uint64_t ChunkPool::idle_bytes() const {
+  uint64_t idle = 0;
+  for (uint32_t i = 0; i < slot_count_; ++i)
+    idle += shared_[i].use.load(std::memory_order_relaxed) == kMapped ? chunk_bytes_ : 0;
+  return idle;
+}
+
+void ChunkPool::usage(uint64_t& held, uint64_t& live) const {
+  held = held_bytes_.load(std::memory_order_relaxed);
+  live = live_bytes_.load(std::memory_order_relaxed);
+}
+
 PoolStats ChunkPool::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  PoolStats s = stats_;
-  s.idle_bytes = idle_bytes_locked();
+  PoolStats s;
+  s.chunk_bytes = chunk_bytes_;
+  s.held_bytes = held_bytes_.load();
+  s.live_bytes = live_bytes_.load();
+  s.pending_bytes = pending_bytes_.load();
+  s.idle_bytes = idle_bytes();
+  s.chunks_created = chunks_created_.load();
+  s.chunks_received = chunks_received_.load();
+  s.chunks_released = chunks_released_.load();
+  s.syncs = syncs_.load();
+  s.driver_calls = driver_calls_.load();
+  s.handovers = handovers_.load();
+  s.handover_ns_total = handover_ns_total_.load();
+  s.handover_ns_max = handover_ns_max_.load();
+  s.zero_ns_total = zero_ns_total_.load();
   return s;
 }
 
-bool ChunkPool::try_usage(uint64_t& held, uint64_t& live) const {
-  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) return false;
-  held = stats_.held_bytes;
-  live = stats_.live_bytes;
-  return true;
-}
-
-uint64_t ChunkPool::chunks_received() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_.chunks_received;
-}
-
 bool ChunkPool::check(const char** why) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(alloc_mutex_);
+  std::lock_guard<std::mutex> chunks(chunk_mutex_);
   uint64_t held = 0;
-  for (uint32_t i = 0; i < slots_.size(); ++i) {
-    const Slot& s = slots_[i];
-    if (s.state == SlotState::unmapped) continue;
+  for (uint32_t i = 0; i < slot_count_; ++i) {
+    uint32_t use = shared_[i].use.load();
+    if (!(use & kMapped)) continue;
+    if (use & kLeaving) return *why = "a slot left claimed by trimming", false;
     held += chunk_bytes_;
+    const Slot& s = slots_[i];
     if (s.state == SlotState::small && (!s.blocks || !s.blocks->check(why))) return false;
     if (s.state == SlotState::run && slots_[s.run_head].state != SlotState::run)
       return *why = "a run slot whose head is not part of a run", false;
   }
-  if (held != stats_.held_bytes) return *why = "held bytes do not match the mapped slots", false;
-  for (const auto& [ptr, b] : blocks_)
+  if (held != held_bytes_.load()) return *why = "held bytes do not match the mapped slots", false;
+  uint64_t live_per_slot = 0;
+  for (const auto& [ptr, b] : blocks_) {
     if (pending_blocks_.count(ptr)) return *why = "a block both live and pending", false;
+    live_per_slot += std::max<uint32_t>(b.run, 1);
+  }
+  uint64_t counted = 0;
+  for (uint32_t i = 0; i < slot_count_; ++i) counted += shared_[i].use.load() & kCountMask;
+  if (counted != live_per_slot) return *why = "slot use counts do not match the live blocks", false;
   return true;
 }
 

@@ -5,13 +5,28 @@
 //   * a larger one gets a run of whole chunks in consecutive slots (contiguous addresses,
 //     separate physical chunks).
 // Chunks come from tandemd (chunks other processes released: zero-filled here before use, as
-// they change owner) or are created here and registered with tandemd, which keeps their fds.
+// they change owner, one memset per contiguous run) or are created here and registered with
+// tandemd, which keeps their fds.
 // A freed block is reusable only after the GPU finished the work queued before the free:
 // stream-ordered frees wait for a marker on their stream, plain frees (cuMemFree, which the
 // driver itself synchronizes) for a device synchronization, taken once for all of them when
 // their memory is needed. A chunk leaves the process (trim) only when nothing in it is live
-// or pending. All of it behind one mutex: allocations are not on the launch path.
+// and every free in it is known finished.
+//
+// Two locks, so that an allocation never waits for the chunk-level work of another thread:
+//   * the allocation lock: the sub-allocators, live and pending blocks. Application threads
+//     only; held for in-memory work, plus driver calls only on the slow path (a
+//     synchronization, or growth).
+//   * the chunk lock: mapping, unmapping, tandemd's chunk ids. Growth (under the allocation
+//     lock) and trimming, which the progress thread does. Trimming never takes the
+//     allocation lock: it claims an idle chunk through the slot's atomic use word (a chunk
+//     with no live block and every free in it finished), which an allocation must also win
+//     before it places a block in that chunk.
+// The fast path (a block that fits in a held chunk, or a free) is the allocation lock, a
+// compare-and-swap on the slot's use word and the sub-allocator: no system call, no driver
+// call (but cuEventRecord for a stream-ordered free), no daemon.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -31,10 +46,14 @@ class PoolDriver {
   virtual bool create(uint64_t bytes, uint64_t& handle) = 0;
   virtual int export_fd(uint64_t handle) = 0;  // a new descriptor, or -1
   virtual bool import_fd(int fd, uint64_t& handle) = 0;
-  virtual bool map(uint64_t va, uint64_t bytes, uint64_t handle) = 0;  // map and make read-write
+  virtual bool map(uint64_t va, uint64_t bytes, uint64_t handle) = 0;  // map only (no access yet)
+  virtual bool set_access(uint64_t va, uint64_t bytes) = 0;  // read-write, over a run of mappings
   virtual void unmap(uint64_t va, uint64_t bytes) = 0;
   virtual void release(uint64_t handle) = 0;
-  virtual bool zero(uint64_t va, uint64_t bytes) = 0;  // done when it returns
+  // Zero-fill on the GPU (a memset queued on a stream of the pool's own); zero_wait() returns
+  // when every queued fill is done. False when the fill cannot be queued or failed.
+  virtual bool zero_async(uint64_t va, uint64_t bytes) = 0;
+  virtual bool zero_wait() = 0;
   // Completion markers: an opaque marker behind the work queued on `stream` so far.
   virtual void* record(void* stream, bool per_thread) = 0;
   virtual bool done(void* marker) = 0;  // errors count as done: the work will never run
@@ -66,12 +85,15 @@ struct PoolStats {
   uint64_t held_bytes = 0;      // chunks mapped in this process
   uint64_t live_bytes = 0;      // blocks the application holds (rounded sizes)
   uint64_t pending_bytes = 0;   // freed blocks waiting for the GPU
-  uint64_t idle_bytes = 0;      // chunks with nothing live or pending (could leave now)
+  uint64_t idle_bytes = 0;      // chunks with no live block (could leave once their frees finished)
   uint64_t chunks_created = 0;  // made here with cuMemCreate
   uint64_t chunks_received = 0; // handed over by tandemd (zero-filled here)
   uint64_t chunks_released = 0; // given back (to tandemd, or to the driver when unregistered)
-  uint64_t syncs = 0;           // device synchronizations taken to reuse plainly freed blocks
-  uint64_t driver_calls = 0;    // chunk-level driver calls (create/export/import/map/unmap/zero/release)
+  uint64_t syncs = 0;           // device synchronizations taken to reuse or release plainly freed blocks
+  uint64_t driver_calls = 0;    // chunk-level driver calls (create/export/import/map/access/zero/unmap/release)
+  uint64_t handovers = 0;       // allocations that received chunks from tandemd
+  uint64_t handover_ns_total = 0, handover_ns_max = 0;  // their time, request to usable
+  uint64_t zero_ns_total = 0;   // of which waiting for the zero-fill
 };
 
 class ChunkPool {
@@ -91,54 +113,79 @@ class ChunkPool {
   // `ptr` is not a live block.
   bool free(uint64_t ptr, bool stream_ordered, void* stream, bool per_thread, uint64_t* bytes);
   // Gives idle chunks back until at most `target_bytes` are held; may synchronize the device
-  // to finish pending frees. Returns the bytes released.
+  // to finish pending frees. tandemd hears of the release before the chunks are unmapped here
+  // (SIRIUS's deferred unmap: the receiver need not wait for it). Returns the bytes released.
   uint64_t trim(uint64_t target_bytes, bool may_synchronize);
-  // Same, from a thread that must not wait for the pool's lock (the progress thread).
+  // Same, from a thread that must not wait for the chunk lock (the progress thread).
   uint64_t try_trim(uint64_t target_bytes, bool may_synchronize);
 
   PoolStats stats() const;
-  // Held and live bytes without waiting for the lock (false when it is held): the progress
-  // thread's look, every tick.
-  bool try_usage(uint64_t& held, uint64_t& live) const;
-  uint64_t chunks_received() const;
+  // Held and live bytes, lock-free: the progress thread's look, every tick.
+  void usage(uint64_t& held, uint64_t& live) const;
+  // Chunks held with no live block in them, lock-free (what cuMemGetInfo counts as free).
+  uint64_t idle_bytes() const;
   // Checks every chunk's sub-allocator and the slot table (tests, debug builds).
   bool check(const char** why) const;
 
+  // Counts of the driver and tandemd calls so far (tests: the fast path makes none).
+  uint64_t slow_calls() const { return slow_calls_.load(std::memory_order_relaxed); }
+
  private:
+  // A slot's use word, shared by allocation and trimming: whether a chunk is mapped there,
+  // whether trimming claimed it, and how many live blocks it holds (a run counts once per slot).
+  static constexpr uint32_t kMapped = 1u << 31;
+  static constexpr uint32_t kLeaving = 1u << 30;
+  static constexpr uint32_t kCountMask = kLeaving - 1;
+
   enum class SlotState : uint8_t { unmapped, small, run };
+  // The allocation lock's view of a slot.
   struct Slot {
     SlotState state = SlotState::unmapped;
-    uint64_t handle = 0;     // physical chunk
-    uint64_t daemon_id = 0;  // 0: not registered with tandemd
     std::unique_ptr<RangeAllocator> blocks;  // small: its sub-allocator
-    uint32_t live = 0;       // blocks allocated and not freed (a run counts once, at its head)
-    uint32_t pending = 0;    // freed blocks the GPU may still use
     uint32_t run_head = 0;   // run: the first slot of the run
+    uint64_t stamp = 0;      // which mapping this is (stamps only grow)
+  };
+  // What both locks share, per slot.
+  struct SlotShared {
+    std::atomic<uint32_t> use{0};
+    std::atomic<uint64_t> last_free_seq{0};  // the latest free of a block in it
+    uint64_t handle = 0;     // physical chunk (chunk lock)
+    uint64_t daemon_id = 0;  // 0: not registered with tandemd (chunk lock)
   };
   struct Block {
     uint64_t bytes;  // as allocated (rounded)
     uint32_t slot;   // small: its chunk; run: the head
     uint32_t run;    // run: chunks in it (0: small)
+    uint64_t stamp;  // the newest stamp of its slots when allocated
   };
   struct Pending {
     uint64_t ptr;
     void* marker;  // nullptr: waits for a device synchronization
+    uint64_t seq;  // its free's number
   };
 
   uint64_t slot_va(uint32_t i) const { return base_ + uint64_t{i} * chunk_bytes_; }
-  bool slot_idle(uint32_t i) const;
-  uint64_t idle_bytes_locked() const;
+  // Takes a place for one more live block in slot `i` unless it is unmapped or leaving.
+  bool claim_block(uint32_t i);
+  void unclaim_block(uint32_t i);
+  // A small slot usable by the allocator: mapped, not leaving, and its sub-allocator current.
+  bool small_usable(uint32_t i) const;
+  // No live or pending block, mapped, not leaving (allocation lock).
+  bool slot_empty(uint32_t i) const;
   // A block in an existing chunk, or (grow) in a new one; 0 when none.
   uint64_t allocate_small(uint64_t bytes, bool grow);
   // A run of whole chunks in consecutive slots: idle mapped chunks, or (grow) new ones too.
   uint64_t allocate_run(uint64_t bytes, bool grow);
-  // Maps fresh chunks into the given unmapped slots; all or none.
-  bool fill_slots(const std::vector<uint32_t>& slots);
-  bool map_chunk(uint32_t slot, uint64_t handle, uint64_t daemon_id, bool zero);
-  void unmap_chunk(uint32_t slot, std::vector<uint64_t>& released_ids);
+  // Maps fresh chunks into the given unmapped slots (allocation and chunk locks); all or none.
+  bool fill_slots_locked(const std::vector<uint32_t>& slots);
+  // After map: read-write access and (received chunks) zero-fill, one call each per run.
+  bool open_runs(const std::vector<uint32_t>& slots, const std::vector<bool>& zero);
+  void unmap_chunk(uint32_t slot);
+  void mark_mapped(uint32_t slot);
   // Finishes pending frees whose markers completed (all of them after a synchronization).
   void reap(bool synchronize);
   void finish_free(uint64_t ptr);
+  void synchronize_device();
   uint64_t trim_locked(uint64_t target_bytes, bool may_synchronize);
   template <typename Try>
   uint64_t with_reuse(Try&& attempt);
@@ -148,12 +195,27 @@ class ChunkPool {
   const uint64_t chunk_bytes_;
   const uint64_t va_bytes_;
   uint64_t base_ = 0;
-  mutable std::mutex mutex_;
+  uint32_t slot_count_ = 0;
+
+  mutable std::mutex alloc_mutex_;  // application threads
   std::vector<Slot> slots_;
+  std::vector<uint32_t> small_slots_;  // slots mapped as single chunks (stale ones dropped lazily)
+  uint32_t hint_ = UINT32_MAX;         // the small slot that served last
+  uint64_t next_stamp_ = 1;
   std::map<uint64_t, Block> blocks_;  // live, by address
   std::vector<Pending> pending_;
   std::map<uint64_t, Block> pending_blocks_;  // freed, by address
-  PoolStats stats_;
+
+  mutable std::mutex chunk_mutex_;  // growth and trimming
+  std::unique_ptr<SlotShared[]> shared_;
+
+  // Frees are numbered; every free up to synced_seq_ is known finished on the GPU.
+  std::atomic<uint64_t> free_seq_{0}, synced_seq_{0};
+  std::atomic<uint64_t> held_bytes_{0}, live_bytes_{0}, pending_bytes_{0};
+  std::atomic<uint64_t> slow_calls_{0};
+  // Counters of the chunk lock's work, read by stats() without it.
+  std::atomic<uint64_t> chunks_created_{0}, chunks_received_{0}, chunks_released_{0}, syncs_{0},
+      driver_calls_{0}, handovers_{0}, handover_ns_total_{0}, handover_ns_max_{0}, zero_ns_total_{0};
 };
 
 }  // namespace tandem::memory

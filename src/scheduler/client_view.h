@@ -24,6 +24,7 @@ struct ClientBounds {
   static constexpr uint64_t kMaxDurationNs = 3600ull * 1000000000ull;  // latencies, request times
   static constexpr uint32_t kMaxSloUs = 3600u * 1000000u;
   static constexpr uint32_t kMaxRequestsOpen = 1u << 20;
+  static constexpr uint32_t kMaxSms = 1u << 16;
 };
 
 // The page's fields, each bounded against the previous view (a fresh view is all zeros, as a

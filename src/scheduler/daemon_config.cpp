@@ -41,6 +41,7 @@ bool apply_key(const std::string& key, const nlohmann::json& v, DaemonConfig& c,
   if (key == "policy" && v.is_string()) return s.policy = v.get<std::string>(), true;
   if (key == "foreground" && v.is_boolean()) return c.foreground = v.get<bool>(), true;
   if (key == "log" && v.is_string()) return c.log = v.get<std::string>(), true;
+  if (key == "metrics" && v.is_string()) return s.metrics_address = v.get<std::string>(), true;
   if (key == "socket_owner" && v.is_string()) {
     uid_t uid;
     if (!resolve_user(v.get<std::string>(), uid)) return error = "unknown user " + v.dump(), false;

@@ -1,5 +1,6 @@
 #include "gpu_scheduler.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "futex.h"
@@ -38,8 +39,12 @@ FillerState gated_state(int id, const tandem_slot& s, const ClientView& c) {
   return {id, c.v.issued_ns - c.v.completed_ns, balance(s, c), true};  // bounded: completed <= issued
 }
 
-OnlineClient online_state(const ClientView& c) {
+OnlineClient online_state(int id, const tandem_slot& s, const ClientView& c) {
   OnlineClient o;
+  o.id = id;
+  o.generation = s.generation;
+  o.requests = c.v.requests;
+  o.request_ns = c.v.request_ns;
   o.requests_open = c.v.requests_open;
   o.activity_ns = c.v.request_activity_ns;
   o.latency_seq = c.v.latency_seq;
@@ -86,6 +91,10 @@ void GpuScheduler::tick(uint64_t now_ns) {
   TrainingSample sample{now_ns, 0, 0, 0};
   uint64_t collectives_pending = 0;  // NCCL markers recorded but not passed
   uint64_t inference_slots = 0;
+  uint64_t others_work = 0;  // GPU work the non-training clients completed since the last tick
+  bool spatial = true;  // every training client's context limited to part of the SMs (MPS)
+  bool held = true;     // every training client's collectives may be held
+  uint64_t slowest_request = 0, tightest_target = 0;
   fillers_.clear();
   training_.clear();
   online_.clear();
@@ -93,8 +102,11 @@ void GpuScheduler::tick(uint64_t now_ns) {
     tandem_slot& s = shm->slots[i];
     if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
     const ClientView& c = segment_.view(static_cast<int>(i));
+    if (s.role != TANDEM_ROLE_TRAINING) others_work += others_work_since(s, static_cast<int>(i), c);
     if (s.role == TANDEM_ROLE_TRAINING) {
       training_.push_back(gated_state(static_cast<int>(i), s, c));
+      spatial = spatial && c.v.sm_count > 0 && c.v.sm_count < c.v.device_sms;
+      held = held && (c.v.training_flags & TANDEM_TRAINING_COLLECTIVES_HELD);
       sample.launches += c.v.launches;
       sample.markers_recorded += c.v.markers_recorded;
       sample.markers_completed += c.v.markers_completed;
@@ -103,11 +115,16 @@ void GpuScheduler::tick(uint64_t now_ns) {
       fillers_.push_back(gated_state(static_cast<int>(i), s, c));
     } else if (s.role == TANDEM_ROLE_INFERENCE) {
       inference_slots |= 1ull << i;
-      online_.push_back(online_state(c));
+      online_.push_back(online_state(static_cast<int>(i), s, c));
+      slowest_request = std::max(slowest_request, c.v.request_ns);
+      if (c.v.slo_us && (!tightest_target || c.v.slo_us * 1000ull < tightest_target)) tightest_target = c.v.slo_us * 1000ull;
       publish_requests(shm, s, c);
     }
   }
   const bool training = !training_.empty();
+  collectives_held_ = training && held;
+  slowest_request_ns_ = slowest_request;
+  tightest_target_ns_ = tightest_target;
   __atomic_store_n(&shm->inference_slots, inference_slots, __ATOMIC_RELEASE);
 
   // Policy slo: the best-effort job (training, else the fillers) is gated while online
@@ -115,14 +132,14 @@ void GpuScheduler::tick(uint64_t now_ns) {
   const bool slo = params_.policy == TANDEM_POLICY_SLO;
   if (slo) {
     std::vector<FillerState>& best_effort = training ? training_ : fillers_;
-    slo_.step(now_ns, online_, best_effort, grants_);
+    slo_.step(now_ns, online_, best_effort, grants_, training && spatial);
     __atomic_store_n(&shm->control_seq, slo_.control_seq(), __ATOMIC_RELEASE);
     __atomic_store_n(&shm->training_duty_ppm, static_cast<uint32_t>(slo_.duty() * 1e6), __ATOMIC_RELAXED);
-    set_gates(shm, best_effort, slo_.active() ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
+    set_gates(shm, best_effort, slo_.gating() ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
     // The clients bound their own in-flight work; fillers beside training are bounded by the
     // fill policy's grants instead (a bound left from when they were the best-effort job would
     // hold them back for good).
-    uint64_t share = slo_.active() ? slo_.inflight_share_ns(best_effort.size()) : 0;
+    uint64_t share = slo_.gating() ? slo_.inflight_share_ns(best_effort.size()) : 0;
     for (const FillerState& f : best_effort) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, share, __ATOMIC_RELEASE);
     if (training)
       for (const FillerState& f : fillers_) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, 0, __ATOMIC_RELEASE);
@@ -133,7 +150,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
                       "({:.0f}%): the target cannot be held by holding training back (is inference alone over it?)",
                       slo_.duty() * 100);
     slo_saturated_warned_ = slo_.controller().saturated();
-    policy_.limit_inflight(slo_.active() ? slo_.inflight_bound_ns() : UINT64_MAX);
+    policy_.limit_inflight(slo_.gating() ? slo_.inflight_bound_ns() : UINT64_MAX);
   }
 
   // Without a training job there is nothing to protect: fillers run ungated (unless the slo
@@ -150,11 +167,19 @@ void GpuScheduler::tick(uint64_t now_ns) {
     last_phase_ = phase;
     if (phase == GpuPhase::bubble) futex_bump_and_wake(&shm->bubble_seq);  // online requests waiting for one
   }
+  usage_.update(now_ns, !training ? GpuState::no_training : phase == GpuPhase::bubble ? GpuState::bubble : GpuState::busy,
+                slo && slo_.active() ? slo_.duty() : 1.0, others_work);
   check_admission(shm, now_ns);
   if (params_.zico) step_zico(shm, now_ns);
   if (!training) return;
 
+  bool was_communicating = communicating_;
   communicating_ = collectives_pending > 0;
+  if (communicating_ && !was_communicating) communicating_since_ns_ = now_ns;
+  if (!communicating_ && was_communicating) {
+    collectives_ns_[collective_next_] = now_ns - communicating_since_ns_;
+    collective_next_ = (collective_next_ + 1) % kCollectives;
+  }
   policy_.step(phase, communicating_, now_ns, detector_.phase_started_ns(), detector_.predicted_bubble_end_ns(), fillers_, grants_);
   if (policy_.revoke()) {
     for (const FillerState& f : fillers_) {
@@ -196,6 +221,20 @@ void GpuScheduler::step_zico(tandem_shm_header* shm, uint64_t now_ns) {
     wake(s);
     trace_.add({now_ns, 'Z', s.pid, 0});
   }
+}
+
+uint64_t GpuScheduler::others_work_since(const tandem_slot& s, int slot, const ClientView& c) {
+  // The view is bounded: within one client's life completed_ns never goes backwards.
+  uint64_t done = c.v.completed_ns;
+  uint64_t& last = others_completed_[static_cast<size_t>(slot)];
+  uint32_t& generation = others_generation_[static_cast<size_t>(slot)];
+  if (generation != s.generation) {
+    generation = s.generation;
+    last = 0;
+  }
+  uint64_t delta = done >= last ? done - last : 0;
+  last = done;
+  return delta;
 }
 
 // Admission checks (SpecInF principles I and II). Principle II: an online filler whose single request takes longer than the longest
@@ -243,6 +282,25 @@ void GpuScheduler::check_admission(tandem_shm_header* shm, uint64_t now_ns) {
     uint64_t key = (static_cast<uint64_t>(i) << 32) | s.generation;
     if (warned_.insert(key).second) TANDEM_LOG_WARN("admission refused for {}", why);
   }
+}
+
+uint64_t GpuScheduler::longest_collective_ns() const {
+  return *std::max_element(collectives_ns_, collectives_ns_ + kCollectives);
+}
+
+// A request arriving at the worst moment waits for what training has on the GPU: the work in
+// flight at the lowest duty cycle, and a collective that is never held back (a rank's peers
+// would stall) for its whole length. Then it runs for its own GPU time.
+GpuScheduler::SloFloor GpuScheduler::slo_floor() const {
+  SloFloor f;
+  f.request_ns = slowest_request_ns_;
+  f.collectives_held = collectives_held_;
+  f.tightest_target_ns = tightest_target_ns_;
+  if (training_.empty()) return f;
+  f.inflight_ns = static_cast<uint64_t>(params_.slo.controller.min_duty * static_cast<double>(params_.slo.window_ns));
+  // Under an MPS SM split a collective (a few SMs) runs beside inference, not before it.
+  if (!collectives_held_ && !slo_.spatial()) f.collective_ns = longest_collective_ns();
+  return f;
 }
 
 }  // namespace tandem::scheduler

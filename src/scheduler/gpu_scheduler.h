@@ -4,6 +4,7 @@
 // policy also gates training (and, without training, the fillers) while online inference is
 // active, at the duty cycle its controller sets.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 #include "bubble_detector.h"
 #include "fill_policy.h"
 #include "gpu_segment.h"
+#include "gpu_usage.h"
 #include "slo_policy.h"
 #include "trace.h"
 #include "zico_policy.h"
@@ -52,8 +54,23 @@ class GpuScheduler {
   uint64_t ticks() const { return ticks_; }
   uint64_t tick_ns_total() const { return tick_ns_total_; }
   Trace& trace() { return trace_; }
+  // What the slo policy can reach: the latency below which no target can be held, and why.
+  struct SloFloor {
+    uint64_t request_ns = 0;     // the slowest online client's request on its own (GPU time)
+    uint64_t inflight_ns = 0;    // training work a request may find queued (the in-flight bound at min duty)
+    uint64_t collective_ns = 0;  // training's longest recent collective, when it cannot be held back
+    bool collectives_held = false;
+    uint64_t tightest_target_ns = 0;  // the lowest online target (0: none)
+    uint64_t total() const { return request_ns + inflight_ns + collective_ns; }
+  };
+  SloFloor slo_floor() const;
+  // Training's longest collective among the last kCollectives (the NCCL kernels' run as the
+  // daemon sees them pending, at its period's resolution).
+  uint64_t longest_collective_ns() const;
   // Colocations refused by the admission checks, each with the reason (status shows them).
   const std::vector<std::string>& refusals() const { return refusals_; }
+  // Where the GPU's time went, for the metrics (gpu_usage.h).
+  const GpuUsage& usage() const { return usage_; }
 
  private:
   SchedulerParams params_;
@@ -80,7 +97,20 @@ class GpuScheduler {
   bool memory_warned_ = false;
   uint64_t memory_warning_ns_ = 0;  // when the summed-peak warning was last logged
   bool slo_saturated_warned_ = false;
+  static constexpr int kCollectives = 16;
+  uint64_t collectives_ns_[kCollectives] = {};
+  int collective_next_ = 0;
+  uint64_t communicating_since_ns_ = 0;
+  bool collectives_held_ = false;   // every training client's collectives may be held (TANDEM_JOB_LOCAL)
+  uint64_t slowest_request_ns_ = 0; // among the online clients, last tick
+  uint64_t tightest_target_ns_ = 0;
   uint64_t ticks_ = 0, tick_ns_total_ = 0;
+  GpuUsage usage_;
+  // The other clients' completed GPU work as last read, per slot (and the slot's generation:
+  // a new client's count starts from zero).
+  std::array<uint64_t, TANDEM_MAX_SLOTS> others_completed_{};
+  std::array<uint32_t, TANDEM_MAX_SLOTS> others_generation_{};
+  uint64_t others_work_since(const tandem_slot& s, int slot, const ClientView& c);
 };
 
 }  // namespace tandem::scheduler

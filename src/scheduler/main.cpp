@@ -21,14 +21,14 @@ namespace {
 
 const char* kUsage =
     "usage: tandemd [--socket PATH] [--policy fill|slo] [--foreground] [--config FILE] [--log LEVEL]\n"
-    "               [--socket-owner USER] [--socket-group GROUP] [--socket-mode MODE]\n"
+    "               [--socket-owner USER] [--socket-group GROUP] [--socket-mode MODE] [--metrics HOST:PORT]\n"
     "  --socket PATH         UNIX socket (default: TANDEM_SOCKET, else /run/tandem/tandemd.sock)\n"
     "  --policy NAME         scheduling policy: fill (default): training protected, fillers use its\n"
     "                        bubbles; slo: online inference held at its latency target (TANDEM_SLO_MS),\n"
     "                        training gets the rest\n"
     "  --foreground          stay in the foreground (default: daemonize)\n"
     "  --config FILE         JSON object: socket, policy, foreground, log, socket_owner, socket_group,\n"
-    "                        socket_mode, roles, max_slots_per_user, max_slots, quota_admins,\n"
+    "                        socket_mode, metrics, roles, max_slots_per_user, max_slots, quota_admins,\n"
     "                        trust_domains\n"
     "                        (docs/security.md); arguments after it override it\n"
     "  --log LEVEL           error | warn | info | debug (default: TANDEM_LOG, else info)\n"
@@ -36,6 +36,8 @@ const char* kUsage =
     "  --socket-group GROUP  group of the socket (default: tandemd's group); its members may\n"
     "                        register as training and inference unless the config says otherwise\n"
     "  --socket-mode MODE    octal permissions of the socket (default 0660)\n"
+    "  --metrics HOST:PORT   serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md);\n"
+    "                        :PORT listens on every interface, port 0 lets the kernel choose\n"
     "  --crash-for-test HOW  a test aid: once the socket is bound, crash (segv, abort, or overflow:\n"
     "                        the stack) to show the backtrace a fatal signal writes (docs/scheduler.md)\n";
 
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
   sp.fill.stable_after_ns = us(SettingId::TANDEM_FILL_STABLE_US);
   sp.fill.max_inflight_ns = us(SettingId::TANDEM_MAX_INFLIGHT_US);
   sp.fill.fill_during_comm = setting_bool(SettingId::TANDEM_FILL_COMM);
+  sp.slo.predict = setting_bool(SettingId::TANDEM_SLO_PREDICT);
   sp.slo.period_ns = sp.period_ns;
   sp.slo.control_period_ns = us(SettingId::TANDEM_SLO_PERIOD_MS) * 1000;
   if (sp.slo.control_period_ns < 10 * sp.period_ns) sp.slo.control_period_ns = 10 * sp.period_ns;
@@ -113,6 +116,7 @@ int main(int argc, char** argv) {
     else if (a == "--policy") options.policy = value();
     else if (a == "--foreground") foreground = true;
     else if (a == "--log") log = value();
+    else if (a == "--metrics") options.metrics_address = value();
     else if (a == "--config") {
       std::string path = value();
       std::ifstream f(path);

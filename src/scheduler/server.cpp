@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "daemon_limits.h"
+#include "futex.h"
 #include "json_fields.h"
 #include "log.h"
 #include "settings.h"
+#include "slo_status.h"
 
 #ifndef TANDEM_VERSION_STRING
 #define TANDEM_VERSION_STRING "0.0.0"
@@ -127,6 +129,7 @@ bool Server::handle_quota(Client& client, const std::string& payload) {
     if (size.is_percent && !shm->gpu_total_bytes)
       return reply_error(client, EAGAIN, "the size of GPU " + c.gpu + " is not known yet; give bytes");
     __atomic_store_n(&shm->slots[c.slot].assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
+    futex_bump_and_wake(&shm->slots[c.slot].memory_wake);  // a lowered quota is answered at once
     TANDEM_LOG_INFO("memory quota of pid {} set to {} bytes by pid {}", pid, bytes, client.pid);
     return reply(client, MessageType::quota_reply,
                         nlohmann::json{{"pid", pid}, {"bytes", bytes}, {"gpu", c.gpu}}.dump());
@@ -178,6 +181,7 @@ Server::Holdings Server::holdings() const {
 void Server::tick_all(uint64_t now_ns) {
   for (auto& [uuid, g] : gpus_) g->tick(now_ns);
   pool_tick(now_ns);
+  tick_seconds_.observe(static_cast<double>(monotonic_ns() - now_ns) / 1e9);
 }
 
 std::string Server::status_json() const {
@@ -236,6 +240,7 @@ std::string Server::status_json() const {
       slo = {{"active", p.active()}, {"duty", p.duty()}, {"gain_estimate", p.controller().gain_estimate()},
              {"saturated", p.controller().saturated()}, {"inflight_bound_ms", static_cast<double>(p.inflight_bound_ns()) / 1e6},
              {"control_periods", p.control_seq() - 1}, {"history", history}};
+      slo.update(slo_floor_status(*g, p));
     }
     nlohmann::json zico = nullptr;  // TANDEM_ZICO: each training job's curve and permits (docs/zico.md)
     if (const ZicoPolicy* z = g->zico(); z && shm) {
@@ -271,6 +276,7 @@ std::string Server::status_json() const {
                         {"policy", options_.policy},
                         {"socket", options_.socket_path},
                         {"uptime_s", static_cast<double>(now - started_ns_) / 1e9},
+                        {"metrics", metrics_.address()},
                         {"holds",
                          {{"clients", held.clients}, {"gpus", held.gpus}, {"pool_chunks", held.pool_chunks},
                           {"passed_fds", held.passed_fds}, {"orphan_processes", held.orphan_processes},

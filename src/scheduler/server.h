@@ -17,6 +17,8 @@
 #include "protocol.h"
 #include "gpu_scheduler.h"
 #include "memory_pool.h"
+#include "metrics_exposition.h"
+#include "metrics_http.h"
 #include "registry.h"
 #include "socket_path.h"
 
@@ -32,6 +34,8 @@ struct ServerOptions {
   gid_t socket_group = static_cast<gid_t>(-1);
   mode_t socket_mode = 0660;
   AccessPolicy access;  // roles, slot caps, trust domains; open() fills in the defaults
+  // HOST:PORT of the Prometheus endpoint (docs/metrics.md); empty: none.
+  std::string metrics_address;
 };
 
 class Server {
@@ -48,6 +52,10 @@ class Server {
   void stop();
   // The status document (docs/daemon.md).
   std::string status_json() const;
+  // The Prometheus page (server_metrics.cpp, docs/metrics.md).
+  std::string metrics_text() const;
+  // Where the metrics endpoint listens ("" without one), e.g. "127.0.0.1:9433".
+  const std::string& metrics_address() const { return metrics_.address(); }
   // Runs one scheduling period now (tests and benchmarks drive the loop by hand).
   void tick_for_test(uint64_t now_ns) { tick_all(now_ns); }
   GpuScheduler* gpu_for_test(const std::string& uuid) { return gpu(uuid); }
@@ -93,7 +101,7 @@ class Server {
   bool handle_pool_register(Client& client, const std::string& payload);
   bool handle_pool_acquire(Client& client, const std::string& payload);
   bool handle_pool_release(Client& client, const std::string& payload);
-  bool send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq);
+  bool send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq, bool batch);
   // Serves waiting acquisitions from free chunks; answers those past their deadline.
   void serve_pool_waits(uint64_t now_ns);
   // SIRIUS's InferRelease on the daemon's side: free memory beyond W goes back to training.
@@ -130,15 +138,22 @@ class Server {
     uint64_t seq, chunk_bytes;
     uint32_t wanted, given;
     uint64_t started_ns, deadline_ns;
+    bool batch = false;  // the client takes many chunks to a pool_chunk message
   };
   std::vector<PoolWait> pool_waits_;
   struct PoolFigures {
     uint64_t handovers = 0, short_answers = 0;
     double last_ms = 0, max_ms = 0;
+    // From an inference process's request to the last chunk sent (handovers and short answers).
+    DurationHistogram durations{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
   };
   std::map<std::string, PoolFigures> pool_figures_;  // by GPU
   uint64_t started_ns_ = 0;
   uid_t daemon_uid_ = 0;
+  MetricsHttp metrics_;
+  // How long one tick of every GPU (and the pool) took.
+  DurationHistogram tick_seconds_{0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.1};
+  uint64_t ticks_late_ = 0;  // ticks that began a whole period or more after they were due
   std::map<std::string, bool> gpu_total_trusted_;  // by GPU: its size came from a trusted client
 };
 

@@ -94,12 +94,14 @@ bool Server::open(std::string& error) {
     return false;
   }
   reserve_fd_ = open_reserve_fd();
+  if (!options_.metrics_address.empty() && !metrics_.open(options_.metrics_address, error)) return false;
   started_ns_ = monotonic_ns();
   TANDEM_LOG_INFO("tandemd listening on {} (policy {}, socket uid {} gid {} mode {:04o}; training: {}; inference: {}; "
                   "batch-inference: {})",
                   options_.socket_path, options_.policy, st.st_uid, socket_gid, options_.socket_mode,
                   options_.access.roles["training"].describe(), options_.access.roles["inference"].describe(),
                   options_.access.roles["batch-inference"].describe());
+  if (metrics_.listening()) TANDEM_LOG_INFO("metrics on http://{}/metrics", metrics_.address());
   return true;
 }
 
@@ -121,6 +123,7 @@ void Server::run() {
     drop_stalled_clients(now);
     reap_closing();
     if (now >= next_tick) {
+      if (now >= next_tick + period) ++ticks_late_;
       tick_all(now);
       reap_closing();
       next_tick += period;
@@ -141,6 +144,8 @@ void Server::run() {
       fds.push_back({c.fd, events, 0});
       ids.push_back(id);
     }
+    const size_t metrics_first = fds.size();  // the metrics endpoint's sockets follow the clients'
+    metrics_.add_poll_fds(fds, now);
     uint64_t wait = backlog ? 0 : next_tick - now;
     if (!listening && accept_paused_until_ - now < wait) wait = accept_paused_until_ - now;
     timespec timeout{static_cast<time_t>(wait / 1000000000ull), static_cast<long>(wait % 1000000000ull)};
@@ -151,6 +156,8 @@ void Server::run() {
     }
     if (n < 0) continue;
     if (fds[0].revents & POLLIN) accept_clients();
+    metrics_.serve(fds.data() + metrics_first, fds.size() - metrics_first, monotonic_ns(),
+                   [this] { return metrics_text(); });
     tick_due_ns_ = next_tick;
     const size_t count = ids.size();
     size_t served = 0;

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "daemon_limits.h"
+#include "futex.h"
 #include "json_fields.h"
 #include "log.h"
 #include "server.h"
@@ -59,14 +60,26 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
   return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", *seq}}.dump());
 }
 
-// Each chunk needs its own sendmsg for the descriptor: written directly, after every queued
-// reply (the client asks one thing at a time, so there are none), as hello_ok does.
-bool Server::send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq) {
+// Descriptors need sendmsg: written directly, after every queued reply (the client asks one
+// thing at a time, so there are none), as hello_ok does. A client that asked for batches gets
+// up to kChunksPerMessage chunks a message, so a handover's cost hardly grows with its chunks;
+// the others one a message.
+bool Server::send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq, bool batch) {
+  constexpr size_t kChunksPerMessage = 64;  // the hook's kMaxReplyFds
   if (!client.out.empty() && !client.out.flush(client.fd)) return false;
-  for (const PoolChunk* c : chunks)
-    if (!client.out.empty() ||
-        !send_message_with_fd(client.fd, MessageType::pool_chunk, nlohmann::json{{"id", c->id}, {"seq", seq}}.dump(), c->fd))
+  const size_t per_message = batch ? kChunksPerMessage : 1;
+  for (size_t at = 0; at < chunks.size(); at += per_message) {
+    size_t n = std::min(per_message, chunks.size() - at);
+    std::vector<int> fds;
+    nlohmann::json ids = nlohmann::json::array();
+    for (size_t i = at; i < at + n; ++i) {
+      fds.push_back(chunks[i]->fd);
+      ids.push_back(chunks[i]->id);
+    }
+    nlohmann::json body = batch ? nlohmann::json{{"ids", ids}, {"seq", seq}} : nlohmann::json{{"id", ids[0]}, {"seq", seq}};
+    if (!client.out.empty() || !send_message_with_fds(client.fd, MessageType::pool_chunk, body.dump(), fds.data(), n))
       return false;
+  }
   return true;
 }
 
@@ -78,12 +91,13 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   if (!bytes_field || !*bytes_field || !chunk_field || !*chunk_field || !seq_field || !wait_field)
     return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
   uint64_t bytes = *bytes_field, chunk = *chunk_field, seq = *seq_field;
+  const bool batch = j.contains("batch") && j["batch"].is_boolean() && j["batch"].get<bool>();
   // One waiting acquisition per client: each costs a look at the pool every tick.
   if (std::any_of(pool_waits_.begin(), pool_waits_.end(), [&](const PoolWait& w) { return w.client == client.id; }))
     return reply_error(client, EBUSY, "an acquisition of this client is already waiting");
   uint32_t wanted = static_cast<uint32_t>(std::min<uint64_t>((bytes + chunk - 1) / chunk, 1u << 20));
   auto given = pool_.take(client.gpu, chunk, wanted, client.id, client.trust_domain);
-  if (!send_chunks(client, given, seq)) return false;
+  if (!send_chunks(client, given, seq, batch)) return false;
   uint32_t n = static_cast<uint32_t>(given.size());
   // A short answer counts when online inference did not get what it asked for; the others
   // are told "none free" as a matter of course and make chunks of their own.
@@ -123,7 +137,7 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
   uint64_t now = monotonic_ns();
   uint64_t wait_ms = std::min<uint64_t>(*wait_field,
                                         static_cast<uint64_t>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS)));
-  pool_waits_.push_back(PoolWait{client.id, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull});
+  pool_waits_.push_back(PoolWait{client.id, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull, batch});
   return true;
 }
 
@@ -150,7 +164,7 @@ void Server::serve_pool_waits(uint64_t now_ns) {
     bool finished = !c || c->closing;
     if (!finished) {
       auto given = pool_.take(c->gpu, w.chunk_bytes, w.wanted - w.given, c->id, c->trust_domain);
-      if (!send_chunks(*c, given, w.seq)) {
+      if (!send_chunks(*c, given, w.seq, w.batch)) {
         // Gone or not reading: the loop disconnects it after this turn, which frees the
         // chunks just taken along with the rest of what it held.
         close_later(*c);
@@ -162,6 +176,7 @@ void Server::serve_pool_waits(uint64_t now_ns) {
       if (done || now_ns >= w.deadline_ns) {
         PoolFigures& f = pool_figures_[c->gpu];
         double ms = static_cast<double>(now_ns - w.started_ns) / 1e6;
+        f.durations.observe(ms / 1e3);
         std::string reason;
         if (done) {
           ++f.handovers;
@@ -193,14 +208,21 @@ void Server::give_back_to_training(const std::string& gpu_uuid) {
   uint64_t chunk = pool_chunk_bytes();
   // Free memory counts only for training in the trust domain whose chunks it is.
   std::map<std::string, uint64_t> free_in;
+  // Training's quota was lowered only for the others of its trust domain on this GPU: once they
+  // hold no chunk (exited, or released what they loaded), all of it goes back, even when the
+  // freed chunks were trimmed from the pool already and so are not counted free.
+  std::map<std::string, uint64_t> held_by_others;
+  for (const auto& [id, c] : registry_.clients())
+    if (c.role != "training" && c.gpu == gpu_uuid && !c.closing) held_by_others[c.trust_domain] += pool_.held_by(id);
   for (auto& [id, t] : registry_.clients()) {
     if (t.role != "training" || t.gpu != gpu_uuid || !t.pool_taken_bytes || t.slot < 0) continue;
     auto [it, fresh] = free_in.try_emplace(t.trust_domain, 0);
     if (fresh) it->second = pool_.free_bytes(gpu_uuid, chunk, t.trust_domain);
     uint64_t& free_bytes = it->second;
-    uint64_t give = give_back_bytes(free_bytes, watermark(), chunk, t.pool_taken_bytes);
+    uint64_t give = held_by_others[t.trust_domain] ? give_back_bytes(free_bytes, watermark(), chunk, t.pool_taken_bytes)
+                                                   : t.pool_taken_bytes;
     if (!give) continue;
-    free_bytes -= give;
+    free_bytes -= std::min(free_bytes, give);
     t.pool_taken_bytes -= give;
     uint64_t quota = gpu(t.gpu)->segment().shm()->slots[t.slot].assigned_quota_bytes + give;
     set_quota(t, t.pool_taken_bytes ? quota : t.quota_before_pool);
@@ -208,9 +230,11 @@ void Server::give_back_to_training(const std::string& gpu_uuid) {
   }
 }
 
+// The process hears of it at once: its progress thread waits on memory_wake between ticks.
 void Server::set_quota(Client& client, uint64_t bytes) {
-  tandem_shm_header* shm = gpu(client.gpu)->segment().shm();
-  __atomic_store_n(&shm->slots[client.slot].assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
+  tandem_slot& slot = gpu(client.gpu)->segment().shm()->slots[client.slot];
+  __atomic_store_n(&slot.assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
+  futex_bump_and_wake(&slot.memory_wake);
 }
 
 void Server::pool_tick(uint64_t now_ns) {

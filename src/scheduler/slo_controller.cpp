@@ -21,4 +21,11 @@ double SloController::update(double y) {
   return duty_;
 }
 
+void SloController::cap(double duty) {
+  duty = std::max(duty, p_.min_duty);
+  if (duty >= duty_) return;
+  duty_ = duty;
+  have_previous_ = false;
+}
+
 }  // namespace tandem::scheduler

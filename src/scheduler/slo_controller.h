@@ -39,6 +39,10 @@ class SloController {
   // A period without a measurement (no request ended): the duty cycle stays, and the next
   // measurement does not identify the gain from a stale pair.
   void skip() { have_previous_ = false; }
+  // A cut between periods (the latency model predicts a violation): the duty cycle falls to
+  // `duty` at once (not below min_duty), and the next measurement does not identify the gain
+  // from a step it did not make.
+  void cap(double duty);
 
   double duty() const { return duty_; }
   double gain_estimate() const { return m_hat_; }

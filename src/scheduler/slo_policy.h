@@ -8,6 +8,10 @@
 //           most for that. The clients enforce the in-flight bound themselves (the slot's
 //           inflight_bound_ns: they see their completions first) and hold all launches while
 //           an online request is open (src/hook/gate.cpp).
+// Under MPS, when every best-effort client's context is limited to part of the SMs
+// (TANDEM_SLO_TRAINING_SMS, `spatial`), inference runs beside training on its own SMs: training
+// is gated only while the controller holds the duty cycle below 1 (the SM split first, then the
+// duty cycle: GPUColo's outer and inner loops, HARLI's partition).
 // Every control_period_ns the latencies the inference processes measured in the interval
 // just ended (each its TANDEM_SLO_PCTL-th percentile) are compared with their targets; the
 // worst ratio drives the controller (slo_controller.h), which sets the duty cycle. Then a new
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "fill_policy.h"
+#include "latency_model.h"
 #include "slo_controller.h"
 
 namespace tandem::scheduler {
@@ -29,11 +34,16 @@ struct SloParams {
   uint64_t control_period_ns = 200000000;   // TANDEM_SLO_PERIOD_MS
   uint64_t window_ns = 500000;              // TANDEM_SLO_WINDOW_US
   uint64_t idle_ns = 50000000;              // TANDEM_SLO_IDLE_MS
+  bool predict = false;                     // TANDEM_SLO_PREDICT
   SloControllerParams controller;
 };
 
 // An online inference process, as its slot says.
 struct OnlineClient {
+  int id = -1;               // its slot (the latency model's key)
+  uint32_t generation = 0;   // the slot's: a new client starts a new model
+  uint64_t requests = 0;     // requests ended so far
+  uint64_t request_ns = 0;   // one request's GPU time (its size)
   uint32_t requests_open = 0;
   uint64_t activity_ns = 0;  // last request begin or end
   uint64_t latency_ns = 0;   // its percentile over interval latency_seq
@@ -59,24 +69,47 @@ class SloPolicy {
 
   // Once per tick: decides whether training is gated and fills `grants` (cleared first) for
   // the best-effort clients (training, or batch inference when there is no training).
+  // `spatial`: the best-effort clients run on a limited share of the SMs (MPS), see above.
   void step(uint64_t now_ns, const std::vector<OnlineClient>& online, const std::vector<FillerState>& best_effort,
-            std::vector<Grant>& grants);
+            std::vector<Grant>& grants, bool spatial = false);
 
   bool active() const { return active_; }
+  // The best-effort job is held back now: inference active, and not only the SM split at work.
+  bool gating() const { return gating_; }
+  bool spatial() const { return spatial_; }
   double duty() const { return controller_.duty(); }
   // Best-effort work allowed in flight now (duty * window), and each client's part of it.
   uint64_t inflight_bound_ns() const;
   uint64_t inflight_share_ns(size_t clients) const;
   uint32_t control_seq() const { return control_seq_; }
+  // Cuts of the duty cycle made between control periods on the latency model's prediction.
+  uint64_t predicted_cuts() const { return predicted_cuts_; }
+  const LatencyModel* model(int slot) const { return slot >= 0 && slot < kSlots ? &models_[slot].model : nullptr; }
   const SloController& controller() const { return controller_; }
   const std::deque<ControlRecord>& history() const { return history_; }
 
  private:
   void control(uint64_t now_ns, const std::vector<OnlineClient>& online);
+  // Between control periods: the duty cycle each client's model says holds its target under
+  // the load seen so far in this interval; the lowest, if below the current one, applies now.
+  void predict(uint64_t now_ns, const std::vector<OnlineClient>& online);
+  double load(const OnlineClient& c, uint64_t now_ns) const;
+
+  static constexpr int kSlots = 64;  // TANDEM_MAX_SLOTS
+  static constexpr double kPredictedViolation = 1.2;  // the model acts when it predicts this x the target
+  struct ClientModel {
+    LatencyModel model;
+    uint32_t generation = 0;
+    uint64_t requests_at_start = 0;  // its requests counter when the interval began
+  };
+  ClientModel models_[kSlots];
+  double duty_sum_ = 0;  // the duty cycle in force, summed over the interval's ticks
+  uint64_t ticks_ = 0;
+  uint64_t predicted_cuts_ = 0;
 
   SloParams p_;
   SloController controller_;
-  bool active_ = false;
+  bool active_ = false, gating_ = false, spatial_ = false;
   uint32_t control_seq_ = 1;
   uint64_t interval_started_ns_ = 0;
   std::deque<ControlRecord> history_;

@@ -1,4 +1,4 @@
-// Older and newer ABI variants of implemented entry points (cuCtxCreate, cuCtxCreate_v3, ...),
+// Older and newer ABI variants of implemented entry points (cuCtxCreate, cuCtxDestroy, ...),
 // forwarding to one implementation each, and the small queries and hints that the CUDA runtime
 // issues and a CPU simulation can answer trivially (limits, cache configs, occupancy, peers).
 #include <cstdio>
@@ -10,9 +10,6 @@ using namespace simgpu;
 
 // ---- contexts ----
 SIM_API CUresult cuCtxCreate(CUcontext* ctx, unsigned flags, CUdevice dev) { return cuCtxCreate_v2(ctx, flags, dev); }
-SIM_API CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam*, int, unsigned flags, CUdevice dev) {
-  return cuCtxCreate_v2(ctx, flags, dev);
-}
 SIM_API CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
 SIM_API CUresult cuCtxPopCurrent(CUcontext* ctx) { return cuCtxPopCurrent_v2(ctx); }
 SIM_API CUresult cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
@@ -41,7 +38,7 @@ SIM_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryC
 
 // Limits are remembered so that a program reads back what it set.
 namespace {
-std::mutex g_limit_mutex;
+ProcessMutex g_limit_mutex;
 size_t g_limits[CU_LIMIT_MAX] = {1024, 1 << 20, 8 << 20, 2, 2048, 0, 0, 0};
 }  // namespace
 SIM_API CUresult cuCtxSetLimit(CUlimit limit, size_t value) {

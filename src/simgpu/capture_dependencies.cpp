@@ -62,7 +62,7 @@ CUresult add_event_node(CUgraphNode* out, CUgraph g, CUevent e, CUgraphNodeType 
 }
 
 // References held by graphs and executable graphs, by owner.
-std::mutex g_owned_mutex;
+ProcessMutex g_owned_mutex;
 auto* g_owned = new std::map<const void*, std::vector<std::pair<UserObject*, unsigned>>>();  // never destroyed
 
 void release(UserObject* o, unsigned count) {

@@ -254,7 +254,7 @@ struct Communicator {
   uint64_t index;
   uint64_t collectives;
 };
-std::mutex g_comms_mutex;
+ProcessMutex g_comms_mutex;
 auto* g_comms = new std::map<uint64_t, Communicator>();  // never destroyed
 uint64_t g_comms_made[kMaxRanks];
 

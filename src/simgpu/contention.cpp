@@ -4,7 +4,9 @@
 //    keeps the GPU while no other process waits; when one waits, ownership passes at the end
 //    of each time slice (SIMGPU_TIMESLICE_US), also in the middle of a kernel: a kernel's work
 //    advances only while its process owns the GPU, as with the hardware's time-sliced
-//    preemption. Two processes each running a 10 ms kernel therefore both take ~20 ms.
+//    preemption. Two processes each running a 10 ms kernel therefore both take ~20 ms. Each
+//    time the GPU passes to another process, that process first pays a context switch
+//    (SIMGPU_CONTEXT_SWITCH_US) while owning the GPU.
 //  * mps: processes run together; a kernel advances at min(1, SMs / SMs in use), so each
 //    slows in proportion to the oversubscription while it lasts.
 // Within a process, kernels of different streams overlap while SMs allow (min(grid, SMs)).
@@ -42,7 +44,7 @@ struct SharedGpu {
   std::atomic<int32_t> owner_pid;        // timeslice: the process running kernels, 0 = none
   std::atomic<uint64_t> owner_since_ns;  // start of the owner's slice (CLOCK_MONOTONIC is system-wide)
   std::atomic<int32_t> yielded_by;       // the last owner that gave the GPU up for a waiter
-  std::atomic<int32_t> pad;
+  std::atomic<int32_t> last_ran;         // the process whose context the GPU holds (switch cost)
   Slot slots[kSlots];
 };
 
@@ -51,9 +53,9 @@ SharedGpu g_private[kMaxDevices];  // fallback when shared memory is unavailable
 bool alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
 // Lock-free once mapped. A stream worker may be mapping when the process forks: the child then
-// gets a fresh mutex (contention_after_fork_child) and maps the segment itself.
+// gets the mutex unlocked (ProcessMutex) and maps the segment itself.
 std::atomic<SharedGpu*> g_segments[kMaxDevices];
-std::mutex g_segments_mutex;
+ProcessMutex g_segments_mutex;
 
 SharedGpu* shared_gpu(int device) {
   std::atomic<SharedGpu*>* segments = g_segments;
@@ -119,11 +121,7 @@ int32_t sms_in_use(SharedGpu* gpu) {
   return total;
 }
 
-void sleep_until(uint64_t deadline_ns) {
-  timespec ts{static_cast<time_t>(deadline_ns / 1000000000ull), static_cast<long>(deadline_ns % 1000000000ull)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
-}
+void sleep_until(uint64_t deadline_ns) { sleep_until_ns(deadline_ns); }  // transfers.cpp
 
 void pause_briefly() { sleep_until(now_ns() + 50000); }  // 50 µs: the polling period of waiters
 
@@ -168,6 +166,19 @@ void acquire_ownership(SharedGpu* gpu, Slot* slot) {
   if (slot) slot->waiting.fetch_sub(1);
 }
 
+// Timeslice: the GPU passes to this process, which pays the context switch (the previous
+// process's state saved, this one's loaded: SIMGPU_CONTEXT_SWITCH_US) when another process's
+// context was the last to run. Returns that cost: the GPU does nothing useful meanwhile, and
+// this process's slice starts once its context is loaded.
+uint64_t context_switch_ns(SharedGpu* gpu) {
+  int32_t me = getpid();
+  int32_t previous = gpu->last_ran.exchange(me);
+  uint64_t cost = settings().context_switch_ns;
+  if (previous == me || previous == 0 || cost == 0) return 0;
+  gpu->owner_since_ns.store(now_ns() + cost);
+  return cost;
+}
+
 void release_ownership(SharedGpu* gpu, bool for_waiter) {
   int32_t me = getpid();
   if (for_waiter) gpu->yielded_by.store(me);
@@ -180,14 +191,17 @@ void run_timeslice(SharedGpu* gpu, Slot* slot, uint64_t work_ns) {
   uint64_t done = 0;
   while (done < work_ns) {
     acquire_ownership(gpu, slot);
-    uint64_t start = now_ns();
+    // The switch is slept with the work (one wake-up less: each costs a loaded CPU ~0.1 ms).
+    uint64_t switching = context_switch_ns(gpu);
+    uint64_t start = now_ns() + switching;
     uint64_t slice_end = gpu->owner_since_ns.load() + settings().timeslice_ns;
     uint64_t end = start + (work_ns - done);
     bool contended = others_waiting(gpu, me);
     if (contended && slice_end < end) end = slice_end > start ? slice_end : start;
     else if (!contended && slice_end < end) end = std::min(end, start + settings().timeslice_ns);  // look again then
     sleep_until(end);
-    done += now_ns() - start;  // progress is the time actually owned: oversleeping is not lost
+    uint64_t woke = now_ns();
+    done += woke > start ? woke - start : 0;  // progress is the time actually owned: oversleeping is not lost
     if (done < work_ns && gpu->owner_pid.load() == me && now_ns() >= slice_end) {
       if (others_waiting(gpu, me)) {
         release_ownership(gpu, true);
@@ -260,7 +274,6 @@ void run_on_gpu(int device, uint64_t duration_ns, unsigned sms) {
 
 // fork(): the child is a new process on the GPU; its counters start empty.
 void contention_after_fork_child() {
-  new (&g_segments_mutex) std::mutex();
   for (LocalGpu& l : g_local) {
     new (&l.m) std::mutex();
     new (&l.cv) std::condition_variable();

@@ -86,7 +86,7 @@ void hook_area_2(void** p, size_t* n) {
 // ---- context-local storage {c693336e-1121-df11-a8c3-68f355d89593}; no size header ----
 // The runtime keeps its per-context state here: put(ctx, key, value, dtor), remove(ctx, key),
 // get(&value, ctx, key). A missing entry must fail so that the runtime creates its state.
-std::mutex cls_mutex;
+ProcessMutex cls_mutex;
 std::map<std::pair<void*, void*>, void*>& cls_map() {
   static auto* m = new std::map<std::pair<void*, void*>, void*>;  // never destroyed: used at exit
   return *m;

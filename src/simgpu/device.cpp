@@ -10,7 +10,7 @@ namespace {
 std::atomic<bool> g_initialized{false};
 thread_local Context* t_current = nullptr;
 thread_local std::vector<Context*> t_stack;
-std::mutex g_ctx_mutex;
+ProcessMutex g_ctx_mutex;
 Context g_primary[16];
 int g_primary_refs[16];
 }  // namespace
@@ -165,10 +165,6 @@ static CUresult create_context(CUcontext* ctx, unsigned flags, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 SIM_API CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned flags, CUdevice dev) {
-  return create_context(ctx, flags, dev);
-}
-SIM_API CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* params, unsigned flags, CUdevice dev) {
-  (void)params;
   return create_context(ctx, flags, dev);
 }
 

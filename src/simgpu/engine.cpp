@@ -17,7 +17,7 @@ namespace simgpu {
 
 namespace {
 
-std::mutex g_registry_mutex;
+ProcessMutex g_registry_mutex;
 std::vector<Stream*>* g_streams = new std::vector<Stream*>();  // never destroyed
 Stream* g_legacy = nullptr;
 thread_local Stream* t_per_thread = nullptr;
@@ -29,27 +29,22 @@ void execute(Stream* s, Op& op) {
       unsigned blocks = op.launch.grid[0] * op.launch.grid[1] * op.launch.grid[2];
       unsigned sms = op.launch.fn && op.launch.fn->nccl ? 4u : blocks;
       if (sms > static_cast<unsigned>(settings().sms)) sms = static_cast<unsigned>(settings().sms);
+      wait_for_launch_latency(op);  // transfers.cpp
+      if (sms == 0) sms = 1;
       s->running_kernels.fetch_add(1);
-      if (op.launch.fn && op.launch.fn->nccl) run_nccl_kernel(op.launch, sms == 0 ? 1 : sms);  // collectives.cpp
-      else run_on_gpu(op.launch.device, kernel_cost_ns(op.launch), sms == 0 ? 1 : sms);
+      if (op.launch.fn && op.launch.fn->nccl) {
+        sms = std::min(sms, op.launch.sm_limit ? op.launch.sm_limit : sms);
+        run_nccl_kernel(op.launch, sms);  // collectives.cpp
+      } else {
+        uint64_t ns = kernel_cost_ns(op.launch);
+        fit_to_sm_limit(op.launch.sm_limit, &sms, &ns);  // MPS: its context's SMs at most (sm_limit.cpp)
+        run_on_gpu(op.launch.device, ns, sms);
+      }
       s->running_kernels.fetch_sub(1);
       break;
     }
-    case Op::copy: std::memmove(op.dst, op.src, op.bytes); break;
-    case Op::set: {
-      // Typed stores (a memcpy call per element ran at ~160 MB/s and dominated every figure
-      // that zero-fills memory, the pool's handovers among them).
-      if (op.elem == 1) {
-        std::memset(op.dst, static_cast<int>(op.value & 0xff), op.count);
-      } else if (op.elem == 2) {
-        auto* d = static_cast<uint16_t*>(op.dst);
-        std::fill(d, d + op.count, static_cast<uint16_t>(op.value));
-      } else {
-        auto* d = static_cast<uint32_t*>(op.dst);
-        std::fill(d, d + op.count, op.value);
-      }
-      break;
-    }
+    case Op::copy: run_copy(op); break;   // transfers.cpp
+    case Op::set: run_memset(op); break;  // transfers.cpp: GPU work, like a kernel
     case Op::record: op.event->time_ns.store(static_cast<int64_t>(now_ns())); break;
     case Op::wait: {
       Stream* w = op.wait_stream;
@@ -109,7 +104,9 @@ std::vector<Stream*> all_streams() {
 
 void push(Stream* s, Op op) {
   ensure_worker(s);
-  if (op.kind == Op::kernel) kernel_queued(op.launch.device);
+  // Memsets run on the GPU like kernels (run_memset): both are accounted from here.
+  if (op.kind == Op::kernel || op.kind == Op::set) kernel_queued(op.launch.device);
+  op.queued_ns = now_ns();
   std::lock_guard<std::mutex> lock(s->m);
   s->queue.push_back(op);
   ++s->enqueued;
@@ -123,7 +120,7 @@ uint64_t enqueued_now(Stream* s) {
 
 // fork(): the child has none of the parent's threads; locks may have been held by them.
 void after_fork_child() {
-  new (&g_registry_mutex) std::mutex();
+  unlock_process_mutexes_in_child();
   contention_after_fork_child();
 }
 [[maybe_unused]] const int g_atfork = pthread_atfork(nullptr, nullptr, after_fork_child);
@@ -193,8 +190,10 @@ CUresult submit(Stream* s, Op op) {
   if (s->legacy && capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
   // Implicit synchronization with the legacy stream.
   if (s->legacy) {
+    // Streams of this process only: a parent's stream (before fork()) has no worker here, and
+    // work it had queued would never complete here.
     for (Stream* b : all_streams())
-      if (b != s && b->blocking && b->magic) {
+      if (b != s && b->blocking && b->magic && b->owner_pid == getpid()) {
         uint64_t seq = enqueued_now(b);
         if (b->completed.load() < seq) {
           Op wait;
@@ -204,7 +203,7 @@ CUresult submit(Stream* s, Op op) {
           push(s, wait);
         }
       }
-  } else if (s->blocking && g_legacy) {
+  } else if (s->blocking && g_legacy && g_legacy->owner_pid == getpid()) {
     uint64_t seq = enqueued_now(g_legacy);
     if (g_legacy->completed.load() < seq) {
       Op wait;

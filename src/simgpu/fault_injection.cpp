@@ -14,7 +14,7 @@ struct Rule {
   long calls = 0;
 };
 
-std::mutex g_mutex;
+ProcessMutex g_mutex;
 
 std::map<std::string, Rule>* parse(const std::string& spec) {
   auto* rules = new std::map<std::string, Rule>;  // never destroyed: entry points may run at exit

@@ -9,7 +9,7 @@
 namespace simgpu {
 
 namespace {
-std::mutex g_mutex;
+ProcessMutex g_mutex;
 std::vector<Capture*> g_captures;  // open captures
 std::atomic<uint64_t> g_capture_ids{1};
 
@@ -312,7 +312,9 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool per_thread) {
   GraphExec* exec = as_exec(e);
   Stream* s = resolve_stream(h, per_thread);
   if (!exec || !s) return CUDA_ERROR_INVALID_VALUE;
-  for (const Op& op : exec->ops) {
+  unsigned limit = static_cast<unsigned>(sm_limit(current_context()));  // the launching context's, as for a kernel
+  for (Op op : exec->ops) {
+    if (op.kind == Op::kernel) op.launch.sm_limit = limit;
     CUresult r = submit(s, op);
     if (r != CUDA_SUCCESS) return r;
   }

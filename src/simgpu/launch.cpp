@@ -60,6 +60,7 @@ CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const uns
   CUdevice dev = 0;
   cuCtxGetDevice(&dev);
   op.launch.device = dev;
+  op.launch.sm_limit = static_cast<unsigned>(sm_limit(current_context()));
   return submit(st, op);
 }
 

@@ -11,7 +11,7 @@
 namespace simgpu {
 namespace {
 
-std::mutex g_mutex;
+ProcessMutex g_mutex;
 std::map<uint64_t, size_t>* g_allocs = new std::map<uint64_t, size_t>();  // never destroyed
 uint64_t g_used = 0;
 // Per GPU, for the simulated NVML: the device of each tracked allocation (the current
@@ -90,6 +90,7 @@ CUresult set(CUdeviceptr dst, uint32_t value, size_t elem, size_t count, CUstrea
   op.value = value;
   op.elem = elem;
   op.count = count;
+  op.launch.device = allocating_device();  // a memset runs on the current context's GPU, as a kernel does
   CUresult r = submit(st, op);
   if (r != CUDA_SUCCESS || async || st->capture) return r;
   return synchronize_stream(st);

@@ -31,6 +31,10 @@ constexpr Row kSettings[] = {
     {"SIMGPU_LINK_GBPS", "63", "a GPU's link to its peers, GB/s per direction (PCIe 5.0 x16): NCCL collectives' duration"},
     {"SIMGPU_SHARING", "timeslice", "timeslice (processes take turns, as without MPS) or mps"},
     {"SIMGPU_TIMESLICE_US", "2000", "time slice of a process when others wait (timeslice mode)"},
+    {"SIMGPU_CONTEXT_SWITCH_US", "40", "GPU time lost when the GPU passes from one process to another (timeslice mode)"},
+    {"SIMGPU_LAUNCH_LATENCY_US", "4", "a kernel starts no earlier than this after its launch on an idle stream"},
+    {"SIMGPU_DEVICE_GBPS", "3350", "device memory bandwidth, GB/s (HBM3): memsets and device-to-device copies"},
+    {"SIMGPU_PCIE_GBPS", "54", "host<->device copy bandwidth, GB/s (PCIe 5.0 x16 achieved)"},
     {"SIMGPU_DETERMINISTIC", "0", "1: fixed costs, no jitter"},
     {"SIMGPU_FAIL", "", "failure injection: <api>:<nth>[,<api>:<nth>...]"},
     {"SIMGPU_LOG", "warn", "error|warn|info|debug"},
@@ -72,6 +76,10 @@ Settings load() {
   s.link_gbps = number("SIMGPU_LINK_GBPS", 1, 100000);
   s.mps = std::strcmp(value_of("SIMGPU_SHARING"), "mps") == 0;
   s.timeslice_ns = number("SIMGPU_TIMESLICE_US", 10, 10000000) * 1000;
+  s.context_switch_ns = number("SIMGPU_CONTEXT_SWITCH_US", 0, 1000000) * 1000;
+  s.launch_latency_ns = number("SIMGPU_LAUNCH_LATENCY_US", 0, 1000000) * 1000;
+  s.device_gbps = number("SIMGPU_DEVICE_GBPS", 1, 1000000);
+  s.pcie_gbps = number("SIMGPU_PCIE_GBPS", 1, 1000000);
   s.deterministic = std::strcmp(value_of("SIMGPU_DETERMINISTIC"), "1") == 0;
   s.shm_prefix = value_of("SIMGPU_SHM");
   if (s.shm_prefix.empty()) s.shm_prefix = "/simgpu-" + std::to_string(getuid());
@@ -117,7 +125,7 @@ void log(int level, const char* fmt, ...) {
 
 // Called by the weak stubs of known but unimplemented entry points (entry_points.c).
 extern "C" int simgpu_not_supported(const char* symbol) {
-  static std::mutex m;
+  static simgpu::ProcessMutex m;
   static auto* seen = new std::set<std::string>;  // never destroyed: stubs may run at exit
   bool first;
   {

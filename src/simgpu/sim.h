@@ -28,6 +28,17 @@ CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph g, CUgraphNode* err_no
 
 namespace simgpu {
 
+// ---- process-wide locks (process_mutex.cpp) ----
+// A mutex of the simulator's process-wide state. A fork()ed child has only the forking thread:
+// a mutex another thread of the parent held at the fork (a stream worker, the hook's progress
+// thread, an allocating thread) would stay locked in the child, and the child's next driver call
+// would hang. Each one registers itself; the child gets all of them unlocked (engine.cpp).
+class ProcessMutex : public std::mutex {
+ public:
+  ProcessMutex() noexcept;
+};
+void unlock_process_mutexes_in_child();
+
 // ---- settings (settings.cpp) ----
 struct Settings {
   int devices = 1;
@@ -39,6 +50,10 @@ struct Settings {
   uint64_t link_gbps = 63;            // SIMGPU_LINK_GBPS: each GPU's link to its peers, GB/s per direction
   bool mps = false;                   // SIMGPU_SHARING=mps; default timeslice
   uint64_t timeslice_ns = 2000000;
+  uint64_t context_switch_ns = 40000;  // SIMGPU_CONTEXT_SWITCH_US: charged when the GPU passes to another process
+  uint64_t launch_latency_ns = 4000;   // SIMGPU_LAUNCH_LATENCY_US: launch to start on an idle stream
+  uint64_t device_gbps = 3350;         // SIMGPU_DEVICE_GBPS: memsets, device-to-device copies
+  uint64_t pcie_gbps = 54;             // SIMGPU_PCIE_GBPS: host<->device copies
   bool deterministic = false;
   int log = 1;                        // 0 error, 1 warn, 2 info, 3 debug
   std::string shm_prefix;             // SIMGPU_SHM
@@ -62,6 +77,7 @@ struct Context {
   int device = 0;
   unsigned flags = 0;
   bool primary = false;
+  int sm_limit = 0;  // MPS execution affinity (cuCtxCreate_v3/_v4), 0: none
 };
 Context* current_context();
 Context* primary_context(int device);
@@ -117,6 +133,7 @@ struct KernelLaunch {
   unsigned smem = 0;
   uint64_t first_arg = 0;  // the first 8 bytes of the first argument (spin duration)
   int device = 0;          // the device of the context current at launch
+  unsigned sm_limit = 0;   // SMs its context may use (sm_limit.cpp), 0: all
   // NCCL kernels: a copy of the argument buffer (collectives.cpp reads its work descriptors).
   std::shared_ptr<const std::vector<unsigned char>> args;
 };
@@ -133,6 +150,7 @@ struct Op {
   uint64_t wait_seq = 0;
   CUhostFn host_fn = nullptr;
   void* host_data = nullptr;
+  uint64_t queued_ns = 0;  // when it was queued (launch latency); set by the engine
 };
 
 struct Graph;
@@ -182,6 +200,13 @@ void kernel_queued(int device);
 // fork(): resets the process-local accounting in the child.
 void contention_after_fork_child();
 
+// ---- SM limits under MPS (sm_limit.cpp) ----
+// The SMs kernels of `ctx` may occupy: its execution affinity, else the process's
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, else all (always all without MPS).
+int sm_limit(const Context* ctx);
+// A kernel of `*sms` SMs under a limit of `limit` SMs: at most `limit`, for proportionally longer.
+void fit_to_sm_limit(unsigned limit, unsigned* sms, uint64_t* duration_ns);
+
 // ---- each process's device memory, seen by the simulated NVML (process_memory.cpp) ----
 void publish_memory_use(int device, uint64_t bytes);
 // What the other live processes published for `device` (SIMGPU_MEM_SHARED's budget).
@@ -190,6 +215,23 @@ uint64_t others_memory_use(int device);
 // handle to it. False (nothing counted) when `check` and the GPU's budget has no room.
 bool charge_vmm(int device, uint64_t bytes, bool check);
 void uncharge_vmm(int device, uint64_t bytes);
+
+// ---- the timing of memsets, copies and launches (transfers.cpp) ----
+// A memset: real stores (whole pages of zeros dropped, zero_fill.cpp), lasting at least its
+// bytes at device bandwidth, that time spent on the GPU like a kernel of every SM.
+void run_memset(const Op& op);
+// A copy: real bytes, lasting at least its bytes at PCIe (host<->device) or device bandwidth
+// (device<->device, read and written) on the copy engines (no contention with kernels).
+void run_copy(const Op& op);
+// A kernel starts no earlier than the launch latency after it was queued.
+void wait_for_launch_latency(const Op& op);
+// Sleeps until CLOCK_MONOTONIC reaches deadline_ns.
+void sleep_until_ns(uint64_t deadline_ns);
+// ---- zeroing (zero_fill.cpp) ----
+// Zeroes [dst, dst + bytes): the whole pages inside are dropped from the mapping (their
+// memory returns as zeros) instead of written; the ends, and memory that cannot be dropped,
+// are written.
+void zero_fill(void* dst, size_t bytes);
 
 // ---- kernel cost (engine.cpp) ----
 uint64_t kernel_cost_ns(const KernelLaunch& k);

@@ -47,7 +47,7 @@ struct Mapping {
   Physical* physical;
   size_t size;
 };
-std::mutex g_mappings_mutex;
+ProcessMutex g_mappings_mutex;
 std::map<CUdeviceptr, Mapping>* g_mappings = new std::map<CUdeviceptr, Mapping>();  // never destroyed
 
 }  // namespace

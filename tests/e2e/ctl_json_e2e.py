@@ -7,6 +7,7 @@ information of the text output (docs/scheduler.md). One case per command:
   trace     what it wrote: the file, its event count, events per GPU
   settings  every setting of the text output, with default, accepted and description
   version   the version of the text output
+  top       one snapshot of the live view: the registered client's row with its role and GPU
 The registered client is this script itself (a raw hello over the socket, as a batch-inference
 process on a made-up GPU)."""
 import json
@@ -104,7 +105,15 @@ def case_version(env):
     check(ctl(env, "version").stdout.strip() == f"tandemctl {doc['version']}", f"version --json: {doc}")
 
 
-CASES = {"status": case_status, "mem": case_mem, "mem-set": case_mem_set, "trace": case_trace,
+def case_top(env):
+    doc = ctl_json(env, "top", "--interval", "0.2")
+    rows = [r for r in doc["processes"] if r["pid"] == os.getpid()]
+    check(len(rows) == 1 and rows[0]["role"] == "batch-inference" and rows[0]["gpu"] == GPU,
+          f"top --json has the client's row with its role and GPU: {rows}")
+    check(any(g["uuid"] == GPU for g in doc["gpus"]) and doc["interval_s"] > 0, "and its GPU, with rates")
+
+
+CASES = {"status": case_status, "top": case_top, "mem": case_mem, "mem-set": case_mem_set, "trace": case_trace,
          "settings": case_settings, "version": case_version}
 
 

@@ -1,8 +1,11 @@
 """What the end-to-end tests share: an environment on the simulated GPU (its own shared-memory
 prefix and daemon socket), starting examples with or without tandem, and checks that print."""
+import atexit
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -25,6 +28,25 @@ class Env:
         self.socket = os.path.join(self.tmp, "tandemd.sock")
         self.base = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "simgpu"),
                          SIMGPU_SHM=f"/simgpu-e2e-{os.getpid()}", TANDEM_SOCKET=self.socket)
+        # Whatever ends the test (a failed check, an exception in the harness), nothing it
+        # started outlives it: a daemon left running holds ctest's output open until the timeout.
+        self.started = []
+        atexit.register(self.kill_started)
+
+    def kill_started(self):
+        for p in self.started:
+            if p.poll() is None:
+                p.kill()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    def popen(self, *args, **kwargs):
+        """subprocess.Popen, killed at the test's exit if still running."""
+        p = subprocess.Popen(*args, **kwargs)
+        self.started.append(p)
+        return p
 
     def start(self, exe, *args, role=None, **settings):
         """An example; with a role, under libtandem.so. Keyword arguments are TANDEM_* settings."""
@@ -32,14 +54,14 @@ class Env:
         if role:
             env.update(LD_PRELOAD=preload(self.build), TANDEM_ROLE=role,
                        TANDEM_STATS_FILE=os.path.join(self.tmp, "stats-%p.json"))
-        return subprocess.Popen([os.path.join(self.build, "bin", exe), *args], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return self.popen([os.path.join(self.build, "bin", exe), *args], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def daemon(self, policy="fill", **settings):
         """tandemd with `policy`; keyword arguments are TANDEM_* settings for it."""
-        d = subprocess.Popen([os.path.join(self.build, "bin", "tandemd"), "--foreground", "--socket", self.socket,
-                              "--log", "warn", "--policy", policy], env=dict(self.base, **settings),
-                             stderr=subprocess.PIPE, text=True)
+        d = self.popen([os.path.join(self.build, "bin", "tandemd"), "--foreground", "--socket", self.socket,
+                        "--log", "warn", "--policy", policy], env=dict(self.base, **settings),
+                       stderr=subprocess.PIPE, text=True)
         for _ in range(100):
             if os.path.exists(self.socket):
                 return d
@@ -74,3 +96,13 @@ def check(cond, message):
     print(("ok   " if cond else "FAIL ") + message)
     if not cond:
         raise SystemExit(1)
+
+
+def run_case(cases):
+    """The main of a test file whose cases each take an Env: argv is BUILD_DIR CASE."""
+    build, case = sys.argv[1], sys.argv[2]
+    env = Env(build)
+    try:
+        cases[case](env)
+    finally:
+        shutil.rmtree(env.tmp, ignore_errors=True)

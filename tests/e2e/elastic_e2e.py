@@ -46,13 +46,25 @@ def elastic(env):
         # Four models of 128 MiB wanted at once (a burst of 1.5 s), then hardly a request: released.
         infer = env.start("infer-sim", "--seconds", "4", "--rate", "0.1", "--burst", "0:40:1.5", "--models", "4",
                           "--model-mb", "128", "--mem-mb", "0", "--idle-ms", "300", role="inference", **pool)
+        # Training's smallest footprint while the burst's four models are loaded (sampled every
+        # 0.1 s from 0.6 to 2 s into it: one sample at a fixed instant raced the last model's load).
+        time.sleep(0.6)
+        during = None
+        for _ in range(14):
+            slot, _ = training_slot(env, train.pid)
+            if during is None or slot["bytes_in_use"] < during["bytes_in_use"]:
+                during = slot
+            time.sleep(0.1)
         time.sleep(1.2)
-        during, _ = training_slot(env, train.pid)
-        time.sleep(2)
         after, _ = training_slot(env, train.pid)
         i = finish(infer)
-        time.sleep(0.5)
-        exited, _ = training_slot(env, train.pid)
+        # tandemd restores training's quota when it reaps the exited process: wait for it, bounded.
+        deadline = time.monotonic() + 1.5
+        while True:
+            time.sleep(0.1)
+            exited, _ = training_slot(env, train.pid)
+            if exited["assigned_quota_bytes"] == 0 or time.monotonic() > deadline:
+                break
         # An inference process killed while it holds two models: its memory goes back to training.
         crash = env.start("infer-sim", "--seconds", "30", "--models", "2", "--model-mb", "128", "--mem-mb", "0",
                           role="inference", **pool)

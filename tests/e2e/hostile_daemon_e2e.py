@@ -33,7 +33,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, wait_for  # noqa: E402
+from e2e_util import check, run_case, wait_for  # noqa: E402
 
 HELLO, HELLO_OK, STATUS, STATUS_REPLY = 1, 2, 3, 4
 POOL_ACQUIRE, POOL_CHUNK, POOL_GRANTED, POOL_REGISTER, POOL_REGISTERED, POOL_RELEASE = 9, 10, 11, 12, 13, 14
@@ -377,14 +377,5 @@ CASES = {"release-race": case_release_race, "pipeline": case_pipeline, "deaf": c
          "emfile": case_emfile, "socket-path": case_socket_path}
 
 
-def main():
-    build, case = sys.argv[1], sys.argv[2]
-    env = Env(build)
-    try:
-        CASES[case](env)
-    finally:
-        shutil.rmtree(env.tmp, ignore_errors=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_case(CASES)

@@ -13,9 +13,14 @@ data).
              free size, and the next owner reads zeros
   restart    tandemd killed and restarted: a running process's pooled memory is intact and it
              keeps allocating
+  fastpath   a pooled allocation and free (64 KiB, 4 MiB) are never slower at the median than
+             the driver's cuMemAlloc and cuMemFree in the same run
+  wake       a training process whose progress thread ticks once a second gives its idle chunks
+             back at once when tandemd lowers its quota (tandemd wakes it), three times over
 
-usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|pollution|crash|restart
+usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|pollution|crash|restart|wake|fastpath
 """
+import json
 import os
 import signal
 import subprocess
@@ -121,10 +126,41 @@ def case_restart(env, image):
         d.wait(timeout=10)
 
 
+def case_fastpath(env, image):
+    p50 = {}
+    for pool in ("0", "1"):
+        out = done(probe(env, image, "allocs", 2000, TANDEM_MEM_POOL=pool))
+        p50[pool] = json.loads(out.strip().splitlines()[-1])
+    for key in ("alloc_64k_ns", "alloc_4m_ns", "free_64k_ns", "free_4m_ns"):
+        check(p50["1"][key] <= p50["0"][key], f"{key}: pool {p50['1'][key]:.0f} ns, driver {p50['0'][key]:.0f} ns")
+
+
+def case_wake(env, image):
+    d = env.daemon(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="")
+    try:
+        for n in range(1, 4):
+            # TANDEM_SAMPLE_US=4 s: the progress thread's own tick is 1 s.
+            train = probe(env, image, "cached", 32, role="training", TANDEM_SAMPLE_US="4000000")
+            expect_line(train, "ready")
+            infer = probe(env, image, "take", 32, role="inference", TANDEM_MEM_WATERMARK="")
+            done(infer)
+            pool = pool_of(env)
+            print(f"     tandemd's part of the handover: {pool['handover_last_ms']:.1f} ms")
+            check(pool["handovers"] == n and pool["short_answers"] == 0, f"a full handover each time ({pool})")
+            check(pool["handover_last_ms"] < 200, "training answered at once, not at its next tick (1 s)")
+            train.stdin.write("\n")
+            train.stdin.flush()
+            done(train)
+    finally:
+        d.terminate()
+        d.wait(timeout=10)
+
+
 def main():
     build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
     env = Env(build)
-    {"self": case_self, "pollution": case_pollution, "crash": case_crash, "restart": case_restart}[case](env, image)
+    {"self": case_self, "pollution": case_pollution, "crash": case_crash, "restart": case_restart,
+     "wake": case_wake, "fastpath": case_fastpath}[case](env, image)
 
 
 if __name__ == "__main__":

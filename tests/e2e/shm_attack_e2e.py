@@ -304,8 +304,12 @@ def fork_case(env, build, image):
                     TANDEM_ROLE="training", TANDEM_MEM_POOL="1", TANDEM_MEM_HANDOVER_MS="3000", TANDEM_LOG="warn",
                     FIXTURE_TMP=env.tmp)
     start = time.monotonic()
-    p = subprocess.run([os.path.join(build, "tests", "fixtures", "fixture_shm_attack"), image, "fork-held", "0"],
-                       env=env_vars, capture_output=True, text=True, timeout=60)
+    try:
+        p = subprocess.run([os.path.join(build, "tests", "fixtures", "fixture_shm_attack"), image, "fork-held", "0"],
+                           env=env_vars, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as e:  # the parent itself hung: say what it had printed
+        fake.close()
+        check(False, f"the forking process finished within 60 s; it printed: {e.stdout!r} {e.stderr!r}")
     fake.close()
     check(fake.pool_requests >= 1, f"the parent's pool asked the fake daemon for memory ({fake.pool_requests})")
     check(p.returncode == 0, f"the child used CUDA and exited while the parent's locks were held "

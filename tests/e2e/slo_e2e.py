@@ -11,6 +11,15 @@ usage: slo_e2e.py BUILD_DIR CASE
   transparent  without the client API tandem sees requests as the launches between
                synchronizations and publishes their latency; none stays open
   daemon-killed  tandemd dies while training is held back: both processes finish
+  realistic-mps  the issue's workload (20 x 1 ms kernels on the whole GPU, a 6 ms NCCL-named
+               all-reduce, 4 ms host work; inference 4 x 1 ms on half the GPU at 100 requests/s)
+               under MPS with training on half the SMs: p99 within 1.10 x Exclusive, training
+               keeps at least 0.5, tandemd saw the split (best of up to 3 rounds)
+  realistic-timeslice  the same under time slicing (collectives not held: holding them,
+               TANDEM_JOB_LOCAL=1, measured no better here, docs/slo.md): p99 within 1.35 x
+               Exclusive, training at least 0.3
+  floor        a target below what the policy can reach: status says so and names training's
+               collective; with TANDEM_JOB_LOCAL=1 the collective is held and leaves the floor
 """
 import sys
 import time
@@ -137,10 +146,92 @@ def daemon_killed(env):
     check(t["iterations"] > 0 and i["requests"] > 0, "training and inference finished after the daemon died")
 
 
+# The issue's workload (scripts/bench_slo.py prints the same with Co-Exec beside it).
+REAL_TRAIN = ["--compute-kernels", "20", "--kernel-us", "1000", "--comm-us", "6000", "--gap-us", "4000"]
+REAL_INFER = ["--kernels", "4", "--kernel-us", "1000", "--blocks", "66", "--rate", "100"]
+
+
+def realistic_round(env, sharing, ratio, seconds, **settings):
+    sim = {"SIMGPU_SHARING": sharing}
+    infer = ["--seconds", str(seconds), "--warmup-seconds", str(WARMUP_S), *REAL_INFER]
+    ex_train = finish(env.start("train-sim", "--seconds", str(seconds), *REAL_TRAIN, **sim))["iters_per_s"]
+    ex = finish(env.start("infer-sim", *infer, **sim))
+    slo_ms = max(1, int(ratio * ex["p99_ms"]))
+    d = env.daemon("slo")
+    a = env.start("train-sim", "--seconds", str(seconds), *REAL_TRAIN, role="training", **sim, **settings)
+    time.sleep(0.2)
+    b = env.start("infer-sim", *infer, role="inference", TANDEM_SLO_MS=str(slo_ms), **sim)
+    time.sleep(seconds / 2)
+    st = env.status()
+    t_infer, t_train = finish(b), finish(a)["iters_per_s"]
+    d.terminate()
+    d.wait()
+    slo = st["gpus"][0]["slo"] if st else {}
+    return {"p99_ratio": t_infer["p99_ms"] / ex["p99_ms"], "train": t_train / ex_train, "slo_ms": slo_ms,
+            "ex_p99": ex["p99_ms"], "p99": t_infer["p99_ms"], "slo": slo}
+
+
+def realistic(env, sharing, p99_bound, train_bound, ratio, rounds=3, **settings):
+    best = None
+    for r in range(1, rounds + 1):
+        m = realistic_round(env, sharing, ratio, 6, **settings)
+        print(f"round {r} ({sharing}): p99 exclusive {m['ex_p99']:.2f} ms, tandem {m['p99']:.2f} ({m['p99_ratio']:.2f}x, "
+              f"target {m['slo_ms']} ms), training {m['train']:.2f} of Exclusive; spatial {m['slo'].get('spatial')}, "
+              f"collectives held {m['slo'].get('collectives_held')}, floor {m['slo'].get('floor_ms', 0):.2f} ms")
+        # A request is 4 ms of GPU work at 0.4 load: Exclusive's p99 is 12-16 ms. Far above, the
+        # machine's load spoiled the baseline, and a ratio to it would pass anything.
+        if m["ex_p99"] > 30:
+            print(f"round {r}: Exclusive's p99 {m['ex_p99']:.1f} ms > 30 ms, the machine is too loaded: not counted")
+            continue
+        held = m["p99_ratio"] <= p99_bound and m["train"] >= train_bound
+        if best is None or held or m["p99_ratio"] < best["p99_ratio"]:
+            best = m
+        if held:
+            break
+    check(best is not None, "a round with a sane Exclusive baseline")
+    return best
+
+
+def realistic_mps(env):
+    m = realistic(env, "mps", 1.10, 0.5, 1.1, TANDEM_SLO_TRAINING_SMS="50")
+    check(m["slo"].get("spatial") is True, "tandemd sees training on part of the SMs (MPS split)")
+    check(m["p99_ratio"] <= 1.10, f"inference p99 under tandem is {m['p99_ratio']:.2f} <= 1.10 x Exclusive")
+    check(m["train"] >= 0.5, f"training keeps {m['train']:.2f} >= 0.5 of Exclusive")
+
+
+def realistic_timeslice(env):
+    m = realistic(env, "timeslice", 1.35, 0.3, 1.2)
+    check(m["slo"].get("collectives_held") is False, "collectives are not held (TANDEM_JOB_LOCAL unset)")
+    check(m["p99_ratio"] <= 1.35, f"inference p99 under tandem is {m['p99_ratio']:.2f} <= 1.35 x Exclusive")
+    check(m["train"] >= 0.3, f"training keeps {m['train']:.2f} >= 0.3 of Exclusive")
+
+
+def floor(env):
+    for local in ("0", "1"):
+        d = env.daemon("slo")
+        a = env.start("train-sim", "--seconds", "3", *REAL_TRAIN, role="training", TANDEM_JOB_LOCAL=local)
+        b = env.start("infer-sim", "--seconds", "3", *REAL_INFER, role="inference", TANDEM_SLO_MS="2")
+        time.sleep(2.0)
+        st = env.status()
+        finish(a), finish(b)
+        d.terminate()
+        d.wait()
+        slo = st["gpus"][0]["slo"]
+        print(f"TANDEM_JOB_LOCAL={local}: floor {slo['floor_ms']:.2f} ms {slo['floor']}, {slo['below_floor_why']}")
+        check(slo["below_floor"] is True, "a 2 ms target is below the floor (a request alone takes 4 ms)")
+        if local == "0":
+            check(slo["floor"]["collective_ms"] >= 4.0 and "collective" in slo["below_floor_why"],
+                  f"the floor names training's collective ({slo['floor']['collective_ms']:.1f} ms, never held)")
+        else:
+            check(slo["collectives_held"] is True and slo["floor"]["collective_ms"] == 0,
+                  "with TANDEM_JOB_LOCAL=1 the collective is held and not in the floor")
+
+
 def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
-    {"latency": latency, "step": step, "transparent": transparent, "daemon-killed": daemon_killed}[case](env)
+    {"latency": latency, "step": step, "transparent": transparent, "daemon-killed": daemon_killed,
+     "realistic-mps": realistic_mps, "realistic-timeslice": realistic_timeslice, "floor": floor}[case](env)
     print(f"slo e2e {case}: ok")
 
 

@@ -1,10 +1,11 @@
 // Driver-API checks of the simulated driver, built against NVIDIA's cuda.h and stub libcuda
 // and run with the simulator on LD_LIBRARY_PATH.
 // Usage: simgpu_driver_api CUBIN PTX FATBIN CHECK
-//   CHECK: images | procaddr | launch | streams | memory | graph | threads | fork | device |
-//          slice | mps
+//   CHECK: images | procaddr | launch | streams | memory | graph | threads | fork | fork_busy |
+//          device | slice | mps
 #include <cuda.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -452,6 +453,60 @@ void check_fork() {
   CK(cuStreamSynchronize(s));
 }
 
+// Forks while another thread keeps the simulator busy: allocating and freeing (the allocation
+// table's lock is held across an mmap), and queueing kernels on a blocking stream (the fork
+// catches work in flight there). Each child must use the driver at once and exit: no lock the
+// other thread held and no work the parent queued may hold it up.
+void check_fork_busy() {
+  use_primary_context();
+  CUcontext ctx = nullptr;
+  CK(cuCtxGetCurrent(&ctx));
+  CUstream blocking;
+  CK(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    CK(cuCtxSetCurrent(ctx));
+    while (!stop.load()) {
+      CUdeviceptr d;
+      CK(cuMemAlloc(&d, 1 << 20));
+      CK(cuMemFree(d));
+      launch_spin(200000, blocking);
+      size_t free_bytes = 0, total = 0;
+      CK(cuMemGetInfo(&free_bytes, &total));
+    }
+  });
+  int hung = 0;
+  int forks = 0;
+  for (int i = 0; i < 60 && !hung; ++i, ++forks) {
+    std::this_thread::sleep_for(std::chrono::microseconds(300 + 97 * (i % 7)));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+      CUdeviceptr d;
+      CK(cuMemAlloc(&d, 4096));
+      launch_spin(1000, nullptr);
+      CK(cuCtxSynchronize());
+      CK(cuMemFree(d));
+      _exit(0);
+    }
+    int status = -1;
+    auto t0 = std::chrono::steady_clock::now();
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (seconds_since(t0) > 5) {  // bounded by time, not by a count of sleeps
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        ++hung;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  stop.store(true);
+  busy.join();
+  std::printf("fork_busy: %d of %d children hung\n", hung, forks);
+  CHECK(hung == 0);
+}
+
 void check_device() {
   CK(cuInit(0));
   int count = 0, v = 0, driver = 0;
@@ -566,6 +621,7 @@ int main(int argc, char** argv) {
   else if (check == "graph") check_graph();
   else if (check == "threads") check_threads();
   else if (check == "fork") check_fork();
+  else if (check == "fork_busy") check_fork_busy();
   else if (check == "device") check_device();
   else if (check == "slice") {
     // One 10 ms kernel per process: time slicing preempts, so both take about twice as long.

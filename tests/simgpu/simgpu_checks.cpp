@@ -1,7 +1,10 @@
 // Checks of the simulated driver itself (no libtandem): spin accuracy, image names, capture
 // error codes, failure injection, VMM sharing across processes, time-slice contention and
 // its hand-over when a process's kernels on several streams finish together.
-// Usage: simgpu_checks FATBIN CHECK   (CHECK: spin | names | capture | fail | vmm | contention | release)
+// Also SM limits under MPS (an active thread percentage, an execution affinity) and that a
+// GPU without MPS has none.
+// Usage: simgpu_checks FATBIN CHECK   (CHECK: spin | names | capture | fail | vmm | contention | release |
+//                                      sm_limit | no_sm_limit)
 #include <cuda.h>
 #include <poll.h>
 #include <signal.h>
@@ -25,10 +28,10 @@ static CUmodule g_mod;
 
 static void setup(const char* fatbin) { g_spin = load_kernel(fatbin, "spin_kernel", &g_mod); }
 
-static double run_spins(int n, unsigned long long ns) {
+static double run_spins(int n, unsigned long long ns, unsigned blocks = 132) {
   void* params[] = {&ns};
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; ++i) CK(cuLaunchKernel(g_spin, 132, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  for (int i = 0; i < n; ++i) CK(cuLaunchKernel(g_spin, blocks, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
   CK(cuCtxSynchronize());
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -205,6 +208,45 @@ int main(int argc, char** argv) {
     int status;
     CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     std::printf("%d rounds of %d kernels ending together: the other process always got the GPU\n", kRounds, kStreams);
+  } else if (check == "sm_limit") {
+    // Run with SIMGPU_SHARING=mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50: the primary context
+    // gets 66 of 132 SMs; a whole-GPU kernel runs in two waves, a half-GPU one as before.
+    CUexecAffinityParam a{};
+    CK(cuCtxGetExecAffinity(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+    CHECK(a.param.smCount.val == 66);
+    int supported = 0;
+    CK(cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0));
+    CHECK(supported == 1);
+    double whole = std::min(run_spins(5, 2000000), run_spins(5, 2000000));
+    double half = std::min(run_spins(5, 2000000, 66), run_spins(5, 2000000, 66));
+    std::printf("5 x 2 ms on 66 SMs: 132-block kernels %.1f ms, 66-block %.1f ms\n", whole * 1e3, half * 1e3);
+    CHECK(whole >= 0.020 && whole < 0.020 * 1.4);
+    CHECK(half >= 0.010 && half < 0.010 * 1.4);
+    // A context created with an affinity of 33 SMs: a quarter of the GPU, four waves.
+    CUexecAffinityParam quarter{};
+    quarter.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+    quarter.param.smCount.val = 33;
+    CUctxCreateParams create{&quarter, 1, nullptr};
+    CUcontext ctx;
+    CK(cuCtxCreate(&ctx, &create, 0, 0));
+    CK(cuCtxGetExecAffinity(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+    CHECK(a.param.smCount.val == 33);
+    double limited = std::min(run_spins(2, 2000000), run_spins(2, 2000000));  // the module is the process's
+    std::printf("2 x 2 ms on 33 SMs: %.1f ms\n", limited * 1e3);
+    CHECK(limited >= 0.016 && limited < 0.016 * 1.4);
+    CK(cuCtxDestroy(ctx));
+  } else if (check == "no_sm_limit") {
+    // Without MPS (time slicing) the percentage is not MPS's to apply and an affinity is refused.
+    CUexecAffinityParam a{};
+    CK(cuCtxGetExecAffinity(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+    CHECK(a.param.smCount.val == 132);
+    a.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+    a.param.smCount.val = 33;
+    CUctxCreateParams create{&a, 1, nullptr};
+    CUcontext ctx;
+    CHECK(cuCtxCreate(&ctx, &create, 0, 0) == CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+    double whole = std::min(run_spins(5, 2000000), run_spins(5, 2000000));
+    CHECK(whole >= 0.010 && whole < 0.010 * 1.4);
   } else {
     CHECK(!"unknown check");
   }

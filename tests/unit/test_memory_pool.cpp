@@ -27,7 +27,9 @@ struct FakeDriver : PoolDriver {
   bool can_create = true;
   int syncs = 0;
   std::set<uint64_t> live_handles;
-  std::vector<uint64_t> zeroed;  // addresses zero-filled
+  std::vector<std::pair<uint64_t, uint64_t>> zeroed;  // zero-filled: address, bytes
+  std::vector<std::pair<uint64_t, uint64_t>> opened;  // made read-write: address, bytes
+  int maps = 0, zero_waits = 0;
   std::vector<FakeMarker*> markers;
 
   bool reserve(uint64_t, uint64_t& base) override { return base = 1ull << 40, true; }
@@ -41,10 +43,12 @@ struct FakeDriver : PoolDriver {
     live_handles.insert(handle = next_handle++);
     return true;
   }
-  bool map(uint64_t, uint64_t, uint64_t) override { return true; }
+  bool map(uint64_t, uint64_t, uint64_t) override { return ++maps, true; }
+  bool set_access(uint64_t va, uint64_t bytes) override { return opened.emplace_back(va, bytes), true; }
   void unmap(uint64_t, uint64_t) override {}
   void release(uint64_t handle) override { live_handles.erase(handle); }
-  bool zero(uint64_t va, uint64_t) override { return zeroed.push_back(va), true; }
+  bool zero_async(uint64_t va, uint64_t bytes) override { return zeroed.emplace_back(va, bytes), true; }
+  bool zero_wait() override { return ++zero_waits, true; }
   void* record(void*, bool) override { return markers.emplace_back(new FakeMarker()); }
   bool done(void* m) override { return static_cast<FakeMarker*>(m)->done; }
   void recycle(void* m) override {
@@ -194,7 +198,12 @@ TEST_CASE("pool: chunks from tandemd are zero-filled; trimming gives back only i
   daemon.free_ids = {7, 8};
   uint64_t run = pool.allocate(3 * kChunk);  // two chunks from tandemd, one made here
   REQUIRE(run);
-  REQUIRE(driver.zeroed.size() == 2);
+  // Mapped one by one, opened and zero-filled once for the run: one access call for the three
+  // chunks, one memset for the two received ones (consecutive), one wait.
+  REQUIRE(driver.maps == 3);
+  REQUIRE(driver.opened == std::vector<std::pair<uint64_t, uint64_t>>{{run, 3 * kChunk}});
+  REQUIRE(driver.zeroed == std::vector<std::pair<uint64_t, uint64_t>>{{run, 2 * kChunk}});
+  REQUIRE(driver.zero_waits == 1);
   REQUIRE(pool.stats().chunks_received == 2);
   REQUIRE(pool.stats().chunks_created == 1);
   uint64_t small = pool.allocate(4096);

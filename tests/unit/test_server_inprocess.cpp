@@ -145,3 +145,56 @@ TEST_CASE("daemon in-process: unsigned fields that are floats or negative get an
   close(c.ours);
   CHECK_FALSE(s.serve_client_for_test(c.server));
 }
+
+// A client that says "batch" gets many pool chunks to a message (a handover of many chunks
+// costs a few sendmsg calls, not one per chunk); one that does not, one chunk a message.
+TEST_CASE("daemon in-process: pool chunks come many to a message when the client asks for batches") {
+  scheduler::Server s(scheduler::ServerOptions{"", "fill", {}});
+  PairClient maker = adopt(s), taker = adopt(s);
+  REQUIRE(send_message(maker.ours, MessageType::hello, hello("training")));
+  REQUIRE(send_message(taker.ours, MessageType::hello, hello("batch-inference")));
+  REQUIRE(s.serve_client_for_test(maker.server));
+  REQUIRE(s.serve_client_for_test(taker.server));
+  drain(maker);
+  drain(taker);
+  for (int i = 0; i < 3; ++i) {
+    send_chunk(maker);
+    REQUIRE(serve_twice(s, maker));
+  }
+  drain(maker);
+  REQUIRE(send_message(maker.ours, MessageType::pool_release, R"({"ids": [1, 2, 3], "seq": 1})"));
+  REQUIRE(s.serve_client_for_test(maker.server));
+  drain(maker);
+  // Each reply: its type, its payload's ids and how many descriptors came with it.
+  auto replies = [&](bool batch) {
+    nlohmann::json ask = {{"bytes", 3 * kChunk}, {"chunk_bytes", kChunk}, {"seq", 5}};
+    if (batch) ask["batch"] = true;
+    REQUIRE(send_message(taker.ours, MessageType::pool_acquire, ask.dump()));
+    REQUIRE(s.serve_client_for_test(taker.server));
+    std::vector<std::pair<uint32_t, size_t>> got;
+    for (;;) {
+      MessageHeader h{};
+      std::string payload;
+      int fds[8];
+      size_t count = 0;
+      if (recv_message_with_fds(taker.ours, h, payload, fds, 8, count, 0, kMaxPayload) != RecvStatus::ok) break;
+      for (size_t i = 0; i < count; ++i) close(fds[i]);
+      auto j = nlohmann::json::parse(payload);
+      if (h.type == static_cast<uint32_t>(MessageType::pool_chunk))
+        CHECK((batch ? j["ids"].size() : size_t{1}) == count);
+      got.emplace_back(h.type, count);
+    }
+    return got;
+  };
+  const uint32_t chunk = static_cast<uint32_t>(MessageType::pool_chunk),
+                 granted = static_cast<uint32_t>(MessageType::pool_granted);
+  using Replies = std::vector<std::pair<uint32_t, size_t>>;
+  CHECK(replies(true) == Replies{{chunk, 3}, {granted, 0}});
+  REQUIRE(send_message(taker.ours, MessageType::pool_release, R"({"ids": [1, 2, 3], "seq": 6})"));
+  REQUIRE(s.serve_client_for_test(taker.server));
+  drain(taker);
+  CHECK(replies(false) == Replies{{chunk, 1}, {chunk, 1}, {chunk, 1}, {granted, 0}});
+  CHECK(s.invariant_violation_for_test().empty());
+  close(maker.ours);
+  close(taker.ours);
+}

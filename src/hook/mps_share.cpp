@@ -1,0 +1,47 @@
+#include "mps_share.h"
+
+#include <stdlib.h>
+
+#include <cstdio>
+
+#include "log.h"
+#include "progress.h"
+#include "real_driver.h"
+#include "settings.h"
+
+namespace tandem::hook {
+
+int ask_mps_sm_share() noexcept {
+  if (g_role != TANDEM_ROLE_TRAINING) return 0;
+  long long pct = setting_int(SettingId::TANDEM_SLO_TRAINING_SMS);
+  if (pct <= 0) return 0;
+  if (pct > 100) pct = 100;
+  if (const char* set = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"); set && *set) {
+    TANDEM_LOG_INFO("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={} already set: TANDEM_SLO_TRAINING_SMS ignored", set);
+    return 0;
+  }
+  // MPS reads it when the driver creates a context, which happens after this first call;
+  // the bootstrap runs once, before any thread of ours exists.
+  char value[8];
+  std::snprintf(value, sizeof value, "%lld", pct);
+  if (setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", value, 1) != 0) return 0;
+  TANDEM_LOG_INFO("training asks MPS for {}% of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)", pct);
+  return static_cast<int>(pct);
+}
+
+void publish_sm_share(tandem_client_page* page) noexcept {
+  static int context_sms = -1, device_sms = 0;  // the progress thread's alone
+  if (context_sms < 0) {
+    CUexecAffinityParam a{};
+    CUdevice dev = 0;
+    context_sms = 0;
+    if (g_real.cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
+        g_real.cuDeviceGetAttribute(&device_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == CUDA_SUCCESS &&
+        g_real.cuCtxGetExecAffinity(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT) == CUDA_SUCCESS)
+      context_sms = static_cast<int>(a.param.smCount.val);
+  }
+  __atomic_store_n(&page->sm_count, static_cast<uint32_t>(context_sms), __ATOMIC_RELAXED);
+  __atomic_store_n(&page->device_sms, static_cast<uint32_t>(device_sms), __ATOMIC_RELAXED);
+}
+
+}  // namespace tandem::hook

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""2-rank PyTorch DistributedDataParallel under tandem on 2 simulated GPUs (SIMGPU_DEVICES=2):
+examples/pytorch/train.py as ranks 0 and 1 of an NCCL process group (one GPU each), both
+TANDEM_ROLE=training under libtandem.so beside tandemd (policy fill), and serve.py as a batch
+filler on GPU 0 beside rank 0. Without the project's venv the test is skipped (exit 77).
+
+  ddp  both ranks finish their steps; each rank's statistics count its NCCL kernels as NCCL
+       (the gradient all-reduces: at least one a step, the same number on both ranks) and show
+       no launch of training held at a gate; tandemctl status --json shows them in rank 0's
+       slot, and they still run while the filler beside it waits at its gate; while a
+       collective is in flight tandemd grants the filler nothing; tandemd sees bubbles (the
+       data-loading pauses) on each GPU; the filler gets work done.
+
+usage: torch_ddp_e2e.py BUILD_DIR ddp
+"""
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_util import Env, check, last_json, preload  # noqa: E402
+from torch_e2e import PYTHON, example, require_torch  # noqa: E402
+
+STEPS = 40
+# 20 ms of GPU work and 20 ms of data loading a step, and the gradients' all-reduce: a model of
+# width 256 (about 6 MB of gradients) over a 1 GB/s link takes some milliseconds, long enough
+# for tandemctl's samples to catch tandemd in its communication phase.
+TRAIN = ["--steps", str(STEPS), "--dim", "256", "--gpu-ms", "20", "--kernel-ms", "1", "--sleep-ms", "20",
+         "--warmup-steps", "2", "--replays", "0"]
+FILLER = ["--gpu-ms", "2", "--kernel-ms", "1", "--warmup", "2"]
+LEAD_S = 60  # both ranks and the filler warm up (cuBLAS, cuDNN, NCCL) before the common start
+
+
+def start(env, script, args, role, **settings):
+    """A PyTorch example under libtandem.so with a role."""
+    e = dict(env.base, LD_PRELOAD=preload(env.build), TANDEM_ROLE=role,
+             TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-%p.json"), **settings)
+    return subprocess.Popen([PYTHON, example(script), *args], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def finish(p, timeout):
+    out, err = p.communicate(timeout=timeout)
+    if p.returncode != 0:
+        raise SystemExit(f"FAIL: {' '.join(p.args[1:3])} exited with {p.returncode}:\n{err[-3000:]}")
+    return last_json(out)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp(env):
+    env.base.update(SIMGPU_DEVICES="2", SIMGPU_LINK_GBPS="1", NCCL_DEBUG="WARN")
+    group = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    d = env.daemon()
+    samples = []  # (GPU 0 as tandemd showed it, every GPU's view) while the ranks ran
+    latest, phases = {}, {}
+    try:
+        go = ["--start-at", f"{time.time() + LEAD_S:.3f}"]
+        ranks = [start(env, "train.py", [*TRAIN, *go], role="training", RANK=str(r), LOCAL_RANK=str(r), **group)
+                 for r in range(2)]
+        # Long enough to be there for all of training's steps (about 2-4 s after the start).
+        filler = start(env, "serve.py", ["--seconds", "8", *FILLER, *go], role="batch-inference",
+                       CUDA_VISIBLE_DEVICES="0")
+        deadline = time.monotonic() + 400
+        while any(p.poll() is None for p in ranks) and time.monotonic() < deadline:
+            st = env.status()
+            for g in (st or {}).get("gpus", []):
+                latest[g["uuid"]] = g
+                phases.setdefault(g["uuid"], set()).add(g["fill_phase"])
+            if st:
+                samples.append(st["gpus"])
+            time.sleep(0.02)
+        results = [finish(p, timeout=30) for p in ranks]
+        served = finish(filler, timeout=60)
+    finally:
+        for p in [*ranks, filler]:
+            if p.poll() is None:
+                p.kill()
+        d.terminate()
+        d.wait()
+    print("ranks:", json.dumps([{k: r[k] for k in ("rank", "steps", "steps_per_s", "late_s")} for r in results]))
+    print("filler:", json.dumps({k: served[k] for k in ("requests", "p50_ms", "late_s")}))
+    check(sorted(r["rank"] for r in results) == [0, 1] and all(r["steps"] == STEPS for r in results),
+          f"both ranks of the NCCL group trained their {STEPS} steps")
+    check(max(r["late_s"] for r in [*results, served]) == 0, "every program was warmed up by the common start")
+
+    by_pid = {json.load(open(f))["pid"]: json.load(open(f)) for f in glob.glob(os.path.join(env.tmp, "stats-*.json"))}
+    rank_stats = [by_pid[p.pid] for p in ranks]
+    nccl = [s["launches"]["nccl"] for s in rank_stats]
+    for r, s in enumerate(rank_stats):
+        l = s["launches"]
+        print(f"rank {r}: {l['total']} kernels, {l['nccl']} NCCL; gate waits {s['gate']['waits']}")
+        check(l["nccl"] >= STEPS and l["total"] > l["nccl"],
+              f"rank {r}: its gradient all-reduces are counted as NCCL kernels ({l['nccl']} of {l['total']})")
+        check(s["gate"]["waits"] == 0 and s["gate"]["fail_open"] == 0, f"rank {r}: no launch waited at a gate")
+        check(s["daemon"]["links"] == 1, f"rank {r}: registered with tandemd once")
+    check(nccl[0] == nccl[1], f"both ranks ran the same collectives ({nccl[0]} and {nccl[1]})")
+
+    # tandemd's view: GPU 0 holds rank 0 and the filler, GPU 1 rank 1.
+    def slot(gpu, pid):
+        return next((s for s in gpu["slots"] if s["pid"] == pid), None)
+
+    gpu0 = [g for gpus in samples for g in gpus if slot(g, ranks[0].pid) and slot(g, filler.pid)]
+    check(len(latest) == 2 and gpu0, f"tandemd saw both GPUs ({len(latest)}), the filler beside rank 0")
+    # Between two samples: the filler waited at its gate and rank 0's NCCL kernels still ran.
+    overlap = sum(1 for a, b in zip(gpu0, gpu0[1:])
+                  if slot(b, filler.pid)["gate_waits"] > slot(a, filler.pid)["gate_waits"]
+                  and slot(b, ranks[0].pid)["nccl_launches"] > slot(a, ranks[0].pid)["nccl_launches"])
+    seen = slot(gpu0[-1], ranks[0].pid)["nccl_launches"]
+    check(seen > 0, f"tandemctl status --json shows rank 0's NCCL kernels ({seen})")
+    check(overlap > 0, f"rank 0's collectives ran while the filler beside it waited at its gate "
+          f"({overlap} sampling intervals)")
+    # The collectives are seen in flight; tandemd then grants the filler nothing (phase
+    # "communication" in a bubble; "closed" when, as with DDP, the optimizer's kernels are
+    # queued behind the all-reduce and the GPU counts as busy).
+    in_flight = [g["fill_phase"] for g in gpu0 if g["communicating"]]
+    check(in_flight, f"tandemd saw rank 0's collectives in flight ({len(in_flight)} of {len(gpu0)} samples)")
+    check(set(in_flight) <= {"closed", "communication"},
+          f"and granted the filler nothing meanwhile (fill phases then: {sorted(set(in_flight))})")
+    for uuid, g in latest.items():
+        print(f"GPU {uuid[:12]}: {g['bubbles']} bubbles, mean {g['mean_bubble_ms']:.1f} ms, busy mean "
+              f"{g['mean_busy_ms']:.1f} ms")
+        check(g["bubbles"] >= STEPS // 2, f"tandemd saw the data-loading bubbles on GPU {uuid[:12]} ({g['bubbles']})")
+    check(served["requests"] > 0, f"the filler got work done beside rank 0 ({served['requests']} requests)")
+
+
+def main():
+    build, case = sys.argv[1], sys.argv[2]
+    require_torch()
+    env = Env(build)
+    t0 = time.monotonic()
+    {"ddp": ddp}[case](env)
+    print(f"torch ddp e2e {case}: ok ({time.monotonic() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

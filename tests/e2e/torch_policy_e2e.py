@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""tandem's policies with real PyTorch programs as the workloads, on the simulated GPU:
+examples/pytorch/train.py is the training job, examples/pytorch/serve.py the inference server.
+Without the project's venv the test is skipped (exit 77) with the reason.
+
+  fill  training (60 ms of GPU work a step, then 30 ms of data loading: a bubble) beside
+        serve.py as a batch filler (closed loop, 4 ms of GPU work a request): under tandem
+        training keeps >= 0.95 of Exclusive, Co-Exec is clearly lower (<= 0.90), the filler gets
+        work done in training's bubbles (it waited at its gate, and answered >= 1 request a
+        second) and training never waited at a gate
+  slo   serve.py as online inference (Poisson arrivals, 20 a second, 20 ms of GPU work a
+        request, TANDEM_SLO_MS 100) beside training: under tandemd --policy slo its p99 is
+        held at the target (<= 1.2 x the target, or x Exclusive's p99 where the host's noise
+        puts that higher) and its SLO attainment >= 0.9 (or Exclusive's less 0.05, where that
+        noise keeps Exclusive under 0.95), Co-Exec's p99 is clearly worse (>= 1.5 x
+        Exclusive), and training keeps > 0.2 of Exclusive
+
+How it measures, on a 2-core machine shared with builds: a PyTorch step is mostly GPU time
+(large element-wise kernels, examples/pytorch/gpu_time.py), so the ratios measure the GPU's
+sharing rather than the host. Loading cuBLAS and cuDNN costs each process tens of seconds of
+CPU there, so the two programs start once, both under libtandem.so, warm up, and then run
+through rounds of configurations switched on and off while they run: a program's load by its
+pause file (--pause-file), tandem by tandemd's presence (without a daemon libtandem.so fails
+open: nothing is gated, as if tandem were not there; with one, both register within a second).
+Each configuration is a window of some seconds; throughput and latency are read from the
+programs' per-step and per-request lines in that window. Noise from other work only ever
+lowers a throughput or raises a latency, so each figure is judged by its best round; every
+round is printed.
+
+usage: torch_policy_e2e.py BUILD_DIR CASE [ROUNDS]
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_util import Env, check, preload, wait_for  # noqa: E402
+from torch_e2e import PYTHON, example, require_torch  # noqa: E402
+
+WINDOW_S = 6.0
+SETTLE_S = 0.5  # left out at a window's start: the switch itself
+TRAIN = ["--gpu-ms", "60", "--kernel-ms", "1", "--sleep-ms", "30", "--warmup-steps", "3", "--replays", "0"]
+FILLER = ["--gpu-ms", "4", "--kernel-ms", "1", "--warmup", "3"]
+# Under policy slo training's kernels are short: the simulated GPU switches processes only
+# between kernels, so a request waits for at most one of them (docs/slo.md).
+SLO_TRAIN = ["--gpu-ms", "60", "--kernel-ms", "0.5", "--sleep-ms", "30", "--warmup-steps", "3", "--replays", "0"]
+# Requests of 20 ms of GPU work, so that the host's noise is small beside it; at 20 a second the
+# GPU is busy with them about 40% of the time. Alone their p99 is 65-85 ms on the busy 2-core
+# development machine (the host's stalls add to the GPU time): the target is above it, as an
+# operator's would be.
+ONLINE = ["--gpu-ms", "20", "--kernel-ms", "2", "--warmup", "5", "--rate", "20"]
+SLO_MS = 100
+SLO_WINDOW_S = 10.0  # a p99 wants a few hundred requests
+
+
+class Program:
+    """A PyTorch example under libtandem.so, its load switched by a pause file, its output
+    lines collected as they come (with their per-step or per-request records)."""
+
+    def __init__(self, env, name, script, args, role, **settings):
+        self.pause = os.path.join(env.tmp, f"{name}.pause")
+        open(self.pause, "w").close()
+        e = dict(env.base, LD_PRELOAD=preload(env.build), TANDEM_ROLE=role,
+                 TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-%p.json"), **settings)
+        self.p = subprocess.Popen([PYTHON, example(script), "--seconds", "3600", "--pause-file", self.pause, *args],
+                                  env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.records, self.summary, self.err = [], None, ""
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            if line.startswith("{"):
+                r = json.loads(line)
+                self.records.append(r)
+                if "example" in r:
+                    self.summary = r
+
+    def _read_err(self):
+        self.err = self.p.stderr.read()
+
+    def ready(self):
+        return any("ready" in r for r in self.records)
+
+    def run(self, on):
+        if on and os.path.exists(self.pause):
+            os.unlink(self.pause)
+        elif not on:
+            open(self.pause, "w").close()
+
+    def between(self, t0, t1):
+        return [r for r in self.records if "t" in r and t0 <= r["t"] < t1]
+
+    def stop(self, timeout=120):
+        self.p.send_signal(2)  # SIGINT: the program ends its loop and prints its summary
+        self.p.wait(timeout=timeout)
+        time.sleep(0.2)
+        if self.p.returncode != 0:
+            raise SystemExit(f"FAIL: {self.p.args[1]} exited with {self.p.returncode}:\n{self.err[-3000:]}")
+        return self.summary
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+    def stats(self, env):
+        with open(os.path.join(env.tmp, f"stats-{self.p.pid}.json")) as f:
+            return json.load(f)
+
+
+def window(seconds=WINDOW_S):
+    """Waits out one configuration's window; returns the part of it that counts."""
+    t0 = time.time()
+    time.sleep(seconds)
+    return t0 + SETTLE_S, time.time()
+
+
+def steps_per_s(train, w):
+    return len(train.between(*w)) / (w[1] - w[0])
+
+
+def p99(records):
+    ms = sorted(r["ms"] for r in records)
+    return ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("inf")
+
+
+def attainment(records):
+    return sum(r["ms"] <= SLO_MS for r in records) / max(1, len(records))
+
+
+def with_daemon(env, policy, programs, body):
+    """`body()` while tandemd runs, from when every program has registered with it."""
+    d = env.daemon(policy)
+    try:
+        pids = {p.p.pid for p in programs}
+        registered = wait_for(lambda: pids <= {s["pid"] for g in (env.status() or {"gpus": []})["gpus"]
+                                              for s in g["slots"]}, seconds=10)
+        check(registered, f"both programs registered with tandemd ({policy})")
+        return body()
+    finally:
+        d.terminate()
+        d.wait()
+
+
+def start_pair(env, train_args, other_args, other_role, **other_settings):
+    train = Program(env, "train", "train.py", ["--log-steps", *train_args], "training")
+    other = Program(env, "serve", "serve.py", ["--log-requests", *other_args], other_role, **other_settings)
+    began = time.monotonic()
+    ok = wait_for(lambda: train.ready() and other.ready() or train.p.poll() is not None or other.p.poll() is not None,
+                  seconds=600)
+    if not (ok and train.ready() and other.ready()):
+        for p in (train, other):
+            p.kill()
+        raise SystemExit(f"FAIL: the programs did not warm up: {train.err[-1500:]} {other.err[-1500:]}")
+    print(f"both programs warmed up in {time.monotonic() - began:.0f} s")
+    return train, other
+
+
+def fill(env, rounds):
+    train, filler = start_pair(env, TRAIN, FILLER, "batch-inference")
+    results, gpu = [], None
+    try:
+        for n in range(1, rounds + 1):
+            train.run(True)
+            alone = steps_per_s(train, window())
+            filler.run(True)
+            w = window()
+            coexec, co_requests = steps_per_s(train, w), len(filler.between(*w))
+
+            def tandem_window():
+                w = window()
+                return w, (env.status() or {"gpus": [None]})["gpus"][0]
+
+            w, gpu = with_daemon(env, "fill", (train, filler), tandem_window)
+            tandem, requests = steps_per_s(train, w), len(filler.between(*w))
+            filler.run(False)
+            results.append({"alone": alone, "coexec": coexec / alone, "tandem": tandem / alone, "requests": requests})
+            print(f"round {n}: training {alone:.2f} steps/s alone; co-exec {coexec / alone:.3f} (filler {co_requests} "
+                  f"requests), tandem {tandem / alone:.3f} of Exclusive (filler {requests} requests); tandemd: "
+                  f"{gpu['bubbles']} bubbles, mean {gpu['mean_bubble_ms']:.1f} ms, busy {gpu['mean_busy_ms']:.1f} ms")
+        train.stop()
+        filler.stop()
+    finally:
+        train.kill()
+        filler.kill()
+    kept = max(r["tandem"] for r in results)
+    co = min(r["coexec"] for r in results)
+    print("spread: tandem " + " ".join(f"{r['tandem']:.3f}" for r in results) +
+          "; co-exec " + " ".join(f"{r['coexec']:.3f}" for r in results))
+    check(kept >= 0.95, f"training under tandem keeps {kept:.3f} >= 0.95 of Exclusive (best round)")
+    check(co <= 0.90, f"Co-Exec is measurably lower ({co:.3f} <= 0.90, lowest round)")
+    t, f = train.stats(env), filler.stats(env)
+    check(gpu["bubbles"] >= 20, f"tandemd saw training's bubbles ({gpu['bubbles']})")
+    check(t["gate"]["waits"] == 0, f"training never waited at a gate ({t['gate']['waits']})")
+    check(f["gate"]["waits"] > 0, f"the filler was held while training computed ({f['gate']['waits']} gate waits)")
+    got = max(r["requests"] for r in results)
+    # A request is ~45 launches, each taking tokens at the gate: the filler gets through a few
+    # a second in training's 30 ms bubbles (13-18 in a 6 s window measured; Co-Exec ~600).
+    check(got >= WINDOW_S, f"the filler got work done in the bubbles ({got} requests in a window)")
+
+
+def slo(env, rounds):
+    train, online = start_pair(env, SLO_TRAIN, [*ONLINE, "--slo-ms", str(SLO_MS)], "inference",
+                               TANDEM_SLO_MS=str(SLO_MS))
+    results = []
+    try:
+        for n in range(1, rounds + 1):
+            train.run(True)
+            alone = steps_per_s(train, window(SLO_WINDOW_S))
+            train.run(False)
+            online.run(True)
+            ex = online.between(*window(SLO_WINDOW_S))
+            train.run(True)
+            w = window(SLO_WINDOW_S)
+            co, co_train = online.between(*w), steps_per_s(train, w)
+            w = with_daemon(env, "slo", (train, online), lambda: window(SLO_WINDOW_S + 2))
+            # The controller needs a few periods to find training's duty cycle: the last part.
+            w = (max(w[0], w[1] - SLO_WINDOW_S), w[1])
+            tandem, tandem_train = online.between(*w), steps_per_s(train, w)
+            online.run(False)
+            r = {"ex_p99": p99(ex), "co": p99(co) / p99(ex), "tandem": p99(tandem) / p99(ex),
+                 "ex_attained": attainment(ex), "co_attained": attainment(co), "attained": attainment(tandem),
+                 "co_train": co_train / alone, "train": tandem_train / alone}
+            results.append(r)
+            print(f"round {n}: inference p99 exclusive {r['ex_p99']:.1f} ms ({len(ex)} requests), co-exec {r['co']:.2f}x, "
+                  f"tandem {r['tandem']:.2f}x; SLO {SLO_MS} ms attained: exclusive {r['ex_attained']:.3f}, co-exec "
+                  f"{r['co_attained']:.3f}, tandem {r['attained']:.3f}; training {alone:.2f} steps/s alone, co-exec "
+                  f"{r['co_train']:.2f}, tandem {r['train']:.2f} of Exclusive")
+        train.stop()
+        online.stop()
+    finally:
+        train.kill()
+        online.kill()
+    print("spread: tandem p99 " + " ".join(f"{r['tandem']:.2f}" for r in results) + "; attainment " +
+          " ".join(f"{r['attained']:.3f}" for r in results) + "; training " + " ".join(f"{r['train']:.2f}" for r in results))
+    # The policy holds p99 at the target, spending the slack on training: the bound is the
+    # target, or Exclusive's own p99 where the host's noise puts that over it.
+    for r in results:
+        r["held"] = r["tandem"] * r["ex_p99"] / max(SLO_MS, r["ex_p99"])
+    best = min(results, key=lambda r: r["held"])
+    check(best["held"] <= 1.2, f"inference p99 under tandem ({best['tandem'] * best['ex_p99']:.1f} ms) is "
+          f"{best['held']:.2f} <= 1.2 x the larger of the {SLO_MS} ms target and Exclusive's p99 "
+          f"({best['ex_p99']:.1f} ms) (best round)")
+    # The target is fixed when the server starts, before Exclusive is measured; where the host's
+    # noise keeps Exclusive itself under it, tandem is held to Exclusive's attainment less 0.05.
+    best = max(results, key=lambda r: r["attained"] - min(0.9, r["ex_attained"] - 0.05))
+    check(best["attained"] >= min(0.9, best["ex_attained"] - 0.05),
+          f"SLO attainment under tandem {best['attained']:.3f} >= 0.9, or Exclusive's ({best['ex_attained']:.3f}) "
+          f"less 0.05 (best round)")
+    check(max(r["co"] for r in results) >= 1.5, "Co-Exec's p99 is clearly worse (>= 1.5 x Exclusive)")
+    check(max(r["train"] for r in results) > 0.2, "training keeps > 0.2 of Exclusive under tandem")
+
+
+def main():
+    build, case = sys.argv[1], sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    require_torch()
+    env = Env(build)
+    t0 = time.monotonic()
+    {"fill": fill, "slo": slo}[case](env, rounds)
+    print(f"torch policy e2e {case}: ok ({time.monotonic() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
