@@ -18,6 +18,8 @@
 #include "protocol.h"
 #include "real_driver.h"
 #include "settings.h"
+#include "stream_registry.h"
+#include "capture_state.h"
 
 namespace tandem::hook {
 
@@ -27,7 +29,7 @@ using memory::ChunkPool;
 using memory::GrantedChunk;
 
 // The pool's driver calls. The zero stream is used under the chunk lock only; markers are
-// recorded and recycled under the allocation lock only (so the state here needs no lock).
+// recorded, queried and recycled under the allocation lock only (so the state here needs no lock).
 class RealPoolDriver final : public memory::PoolDriver {
  public:
   explicit RealPoolDriver(CUdevice device) : device_(device) {
@@ -87,30 +89,75 @@ class RealPoolDriver final : public memory::PoolDriver {
   }
   bool zero_wait() override { return !zero_stream_ || g_real.cuStreamSynchronize(zero_stream_) == CUDA_SUCCESS; }
   void* record(void* stream, bool per_thread) override {
-    CUevent e = nullptr;
-    if (!events_.empty()) {
-      e = events_.back();
-      events_.pop_back();
-    } else if (g_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-      return nullptr;
-    }
-    auto s = static_cast<CUstream>(stream);
-    if ((per_thread ? g_real.cuEventRecord_ptsz(e, s) : g_real.cuEventRecord(e, s)) != CUDA_SUCCESS) {
-      events_.push_back(e);
-      return nullptr;
-    }
-    return e;
+    Marker* m = new_marker();
+    if (!add_event(m, static_cast<CUstream>(stream), per_thread)) return recycle(m), nullptr;
+    return m;
   }
-  bool done(void* marker) override { return g_real.cuEventQuery(static_cast<CUevent>(marker)) != CUDA_ERROR_NOT_READY; }
-  void recycle(void* marker) override { events_.push_back(static_cast<CUevent>(marker)); }
-  void synchronize() override { g_real.cuCtxSynchronize(); }
+  // The legacy stream waits for every blocking stream's earlier work, per-thread default
+  // streams included; each non-blocking stream gets an event of its own. Not while any
+  // capture is open: an event on the legacy stream would join or invalidate it.
+  void* record_all() override {
+    if (g_open_captures.load(std::memory_order_acquire) > 0) return nullptr;
+    CUstream streams[kMaxTrackedStreams];
+    int count = 0;
+    if (!nonblocking_streams(streams, count)) return nullptr;
+    Marker* m = new_marker();
+    if (!add_event(m, CU_STREAM_LEGACY, false)) return recycle(m), nullptr;
+    for (int i = 0; i < count; ++i)
+      if (!add_event(m, streams[i], false)) return recycle(m), nullptr;  // another context's stream
+    return m;
+  }
+  bool done(void* marker) override {
+    auto* m = static_cast<Marker*>(marker);
+    for (int i = 0; i < m->count; ++i)
+      if (g_real.cuEventQuery(m->events[i]) == CUDA_ERROR_NOT_READY) return false;
+    return true;
+  }
+  void recycle(void* marker) override {
+    auto* m = static_cast<Marker*>(marker);
+    for (int i = 0; i < m->count; ++i) events_.push_back(m->events[i]);
+    m->count = 0;
+    spare_markers_.push_back(m);
+  }
+  void synchronize() override {
+    uint64_t destroyed = stream_destructions();
+    g_real.cuCtxSynchronize();
+    stream_registry_synchronized(destroyed);  // their work is done too
+  }
 
  private:
   CUdevice device_;
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};
   CUstream zero_stream_ = nullptr;
+  // A marker is one event, or (record_all) one per stream that could touch the block.
+  struct Marker {
+    CUevent events[1 + kMaxTrackedStreams];
+    int count = 0;
+  };
+  Marker* new_marker() {
+    if (spare_markers_.empty()) return new Marker();
+    Marker* m = spare_markers_.back();
+    spare_markers_.pop_back();
+    return m;
+  }
+  bool add_event(Marker* m, CUstream s, bool per_thread) {
+    CUevent e = nullptr;
+    if (!events_.empty()) {
+      e = events_.back();
+      events_.pop_back();
+    } else if (g_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      return false;
+    }
+    if ((per_thread ? g_real.cuEventRecord_ptsz(e, s) : g_real.cuEventRecord(e, s)) != CUDA_SUCCESS) {
+      events_.push_back(e);
+      return false;
+    }
+    m->events[m->count++] = e;
+    return true;
+  }
   std::vector<CUevent> events_;
+  std::vector<Marker*> spare_markers_;
 };
 
 // tandemd's side, over the registration socket (fails, and the pool makes its own chunks,

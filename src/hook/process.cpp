@@ -19,6 +19,7 @@
 #include "real_driver.h"
 #include "settings.h"
 #include "stats_writer.h"
+#include "stream_registry.h"
 
 extern char** environ;
 
@@ -52,6 +53,7 @@ void after_fork_child() noexcept {
   progress_after_fork_child();
   daemon_link_after_fork_child();
   pool_after_fork_child();
+  stream_registry_after_fork_child();
   online_requests_after_fork_child();
   g_used_cuda.store(false);
   g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);

@@ -297,7 +297,7 @@ bool ChunkPool::free(uint64_t ptr, bool stream_ordered, void* stream, bool per_t
   blocks_.erase(it);
   if (bytes) *bytes = b.bytes;
   // A marker that cannot be recorded (a stream being captured) waits for a synchronization.
-  void* marker = stream_ordered ? driver_.record(stream, per_thread) : nullptr;
+  void* marker = stream_ordered ? driver_.record(stream, per_thread) : driver_.record_all();
   uint64_t seq = free_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
   pending_.push_back(Pending{ptr, marker, seq});
   pending_blocks_[ptr] = b;

@@ -9,7 +9,8 @@
 // tandemd, which keeps their fds.
 // A freed block is reusable only after the GPU finished the work queued before the free:
 // stream-ordered frees wait for a marker on their stream, plain frees (cuMemFree, which the
-// driver itself synchronizes) for a device synchronization, taken once for all of them when
+// driver itself synchronizes) for markers on every stream (PoolDriver::record_all), or where
+// those cannot be had for a device synchronization, taken once for all of them when
 // their memory is needed. A chunk leaves the process (trim) only when nothing in it is live
 // and every free in it is known finished.
 //
@@ -56,6 +57,10 @@ class PoolDriver {
   virtual bool zero_wait() = 0;
   // Completion markers: an opaque marker behind the work queued on `stream` so far.
   virtual void* record(void* stream, bool per_thread) = 0;
+  // A marker behind the work queued so far on every stream that could still touch a block
+  // freed with plain cuMemFree; nullptr when they cannot all be named (then the block waits
+  // for a device synchronization).
+  virtual void* record_all() { return nullptr; }
   virtual bool done(void* marker) = 0;  // errors count as done: the work will never run
   virtual void recycle(void* marker) = 0;
   virtual void synchronize() = 0;  // all work of the process's context

@@ -31,7 +31,20 @@ class Env:
         # Whatever ends the test (a failed check, an exception in the harness), nothing it
         # started outlives it: a daemon left running holds ctest's output open until the timeout.
         self.started = []
+        # The simulated GPU's shared segments are named after this harness's pid; one left by an
+        # earlier process of the same pid may name an owner whose pid is alive again, and the
+        # GPU would never be free. Fresh at the start, gone at the end.
+        self.remove_segments()
         atexit.register(self.kill_started)
+
+    def remove_segments(self):
+        prefix = self.base["SIMGPU_SHM"].lstrip("/")
+        for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
+            if name == prefix or name.startswith(prefix + "-"):
+                try:
+                    os.unlink(os.path.join("/dev/shm", name))
+                except OSError:
+                    pass
 
     def kill_started(self):
         for p in self.started:
@@ -41,6 +54,7 @@ class Env:
                     p.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     pass
+        self.remove_segments()
 
     def popen(self, *args, **kwargs):
         """subprocess.Popen, killed at the test's exit if still running."""

@@ -67,6 +67,18 @@ def case_self(env, image):
     print(out.strip())
 
 
+def case_markers(env, image):
+    """A block freed with plain cuMemFree while a non-blocking stream still writes it comes back
+    once that stream finished, from completion markers, without a device synchronization."""
+    p = probe(env, image, "nosync", int(CHUNK[:-1]))
+    out = done(p)
+    print(out.strip())
+    stats = [json.load(open(os.path.join(env.tmp, f))) for f in os.listdir(env.tmp) if f.startswith("stats-")]
+    pool = stats[0]["memory"]["pool"] if stats else {}
+    check("by markers" in out, "the freed block came back from its markers")
+    check(pool.get("syncs") == 0, f"no device synchronization was taken ({pool.get('syncs')})")
+
+
 def case_pollution(env, image):
     d = env.daemon(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="")
     try:
@@ -159,7 +171,7 @@ def case_wake(env, image):
 def main():
     build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
     env = Env(build)
-    {"self": case_self, "pollution": case_pollution, "crash": case_crash, "restart": case_restart,
+    {"self": case_self, "markers": case_markers, "pollution": case_pollution, "crash": case_crash, "restart": case_restart,
      "wake": case_wake, "fastpath": case_fastpath}[case](env, image)
 
 

@@ -171,7 +171,7 @@ def realistic_round(env, sharing, ratio, seconds, **settings):
             "ex_p99": ex["p99_ms"], "p99": t_infer["p99_ms"], "slo": slo}
 
 
-def realistic(env, sharing, p99_bound, train_bound, ratio, rounds=3, **settings):
+def realistic(env, sharing, p99_bound, train_bound, ratio, rounds=5, **settings):
     best = None
     for r in range(1, rounds + 1):
         m = realistic_round(env, sharing, ratio, 6, **settings)

@@ -147,6 +147,43 @@ TEST_CASE("SloPolicy: each control period uses only what was measured in it") {
   CHECK(policy.history().back().latency_ms == 0.0);
 }
 
+// The SM split is what training processes report of their own contexts (tandemd cannot see
+// inside them): a process that claims one it does not have runs ungated only while the
+// target holds, and is gated again from the first control period that misses it.
+TEST_CASE("SloPolicy: a claimed SM split exempts training only while the target holds") {
+  SloParams p;
+  p.period_ns = kMs;
+  p.control_period_ns = 10 * kMs;
+  SloPolicy policy(p);
+  std::vector<FillerState> training{{3, 0, 0, true}};
+  std::vector<Grant> grants;
+  uint64_t t = 1000 * kMs;
+  OnlineClient online;
+  online.requests_open = 1;
+  online.activity_ns = t;
+  online.slo_ns = 10 * kMs;
+  online.samples = 40;
+  const bool spatial = true;  // every training client's page says "part of the SMs"
+  policy.step(t, {online}, training, grants, spatial);
+  CHECK(policy.active());
+  CHECK_FALSE(policy.gating());  // duty 1 and a split: not held back
+  CHECK(grants.empty());
+  // The claim was false: requests take twice their target beside the ungated training.
+  online.latency_ns = 20 * kMs;
+  online.latency_seq = policy.control_seq();
+  int gated_after = -1;
+  for (int k = 1; k <= 10 && gated_after < 0; ++k) {
+    online.activity_ns = t + static_cast<uint64_t>(k) * kMs;
+    policy.step(t + static_cast<uint64_t>(k) * kMs, {online}, training, grants, spatial);
+    if (policy.gating()) gated_after = k;
+  }
+  INFO("duty " << policy.duty());
+  CHECK(gated_after == 10);  // the first control period's end
+  CHECK(policy.duty() < 1.0);
+  REQUIRE(grants.size() == 1);  // training runs on the duty cycle's tokens again
+  CHECK(grants[0].tokens_ns < static_cast<int64_t>(kMs));
+}
+
 TEST_CASE("Cost estimate: follows the process's own cost on a shared GPU, climbs out of an underestimate") {
   using tandem::hook::next_cost_estimate;
   // Half the spans lengthened 3x by others' work, half clean: the estimate stays near the truth.
