@@ -29,11 +29,13 @@ void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, c
   duty_sum_ += gating_ ? controller_.duty() : 1.0;  // ungated, training has the whole GPU it can get
   ++ticks_;
   if (best_effort.empty() || !gating_) return;
-  // The duty cycle's GPU time for this period, shared equally; a balance never grows past the
-  // in-flight share (the clients bound what is in flight themselves, see inflight_share_ns).
+  // The duty cycle's GPU time for this period, shared equally; a balance never grows past one
+  // period's grant (nor the in-flight share, when larger), so no burst is saved up. The clients
+  // bound what is in flight themselves (inflight_share_ns); capping the balance at that smaller
+  // window instead let training use at most window/period of the GPU even at full duty.
   auto n = static_cast<int64_t>(best_effort.size());
   int64_t rate = static_cast<int64_t>(controller_.duty() * static_cast<double>(p_.period_ns)) / n;
-  int64_t cap = static_cast<int64_t>(inflight_share_ns(best_effort.size()));
+  int64_t cap = std::max(rate, static_cast<int64_t>(inflight_share_ns(best_effort.size())));
   for (const FillerState& c : best_effort) {
     int64_t amount = std::min(rate, cap - std::max<int64_t>(c.tokens_ns, 0));
     if (amount > 0) grants.push_back({c.id, amount});
