@@ -13,6 +13,16 @@ namespace {
 // True once the use was above the trough since the last start: the next allocation at the
 // trough is an iteration's first. Its exchange lets one thread wait for the iteration.
 std::atomic<bool> g_armed{true};
+// The threshold tandemd published last seen here. A new one arms the boundary: while the job
+// profiled (UINT64_MAX, every allocation "at the trough") nothing re-armed it, and its first
+// iteration after learning started without a permit, beside the other job's (both ran out of
+// memory).
+std::atomic<uint64_t> g_threshold_seen{0};
+
+void notice_threshold(uint64_t trough_bytes) noexcept {
+  if (g_threshold_seen.exchange(trough_bytes, std::memory_order_relaxed) != trough_bytes)
+    g_armed.store(true, std::memory_order_relaxed);
+}
 
 uint64_t in_use() noexcept { return memory_counters().bytes_in_use.load(std::memory_order_relaxed); }
 
@@ -22,6 +32,7 @@ bool permitted(const tandem_slot* slot, uint32_t starts) noexcept {
 }  // namespace
 
 void zico_boundary(const tandem_slot* slot, uint64_t trough_bytes) noexcept {
+  notice_threshold(trough_bytes);
   if (in_use() > trough_bytes) {
     g_armed.store(true, std::memory_order_relaxed);
     return;
@@ -60,7 +71,9 @@ void zico_progress_tick() noexcept {
   const tandem_slot* slot = current_slot();
   if (!slot) return;
   uint64_t trough = __atomic_load_n(&slot->zico_trough_bytes, __ATOMIC_ACQUIRE);
-  if (trough && in_use() > trough) g_armed.store(true, std::memory_order_relaxed);
+  if (!trough) return;
+  notice_threshold(trough);
+  if (in_use() > trough) g_armed.store(true, std::memory_order_relaxed);
 }
 
 }  // namespace tandem::hook

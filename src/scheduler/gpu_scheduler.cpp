@@ -195,6 +195,24 @@ void GpuScheduler::tick(uint64_t now_ns) {
   apply(shm, grants_, now_ns);
 }
 
+void GpuScheduler::admitted(int slot) {
+  tandem_shm_header* shm = segment_.shm();
+  if (!params_.zico || !shm || slot < 0 || slot >= static_cast<int>(TANDEM_MAX_SLOTS)) return;
+  tandem_slot& s = shm->slots[slot];
+  if (s.role != TANDEM_ROLE_TRAINING) return;
+  for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
+    const tandem_slot& o = shm->slots[i];
+    if (static_cast<int>(i) == slot || __atomic_load_n(&o.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE ||
+        o.role != TANDEM_ROLE_TRAINING)
+      continue;
+    // What the policy publishes for a job it has not learned (zico_policy.h): its first
+    // allocation waits. Until the next period it could allocate beside the other job's peak
+    // (a newcomer ran out of memory after 30 MiB of its first iteration).
+    __atomic_store_n(&s.zico_trough_bytes, UINT64_MAX, __ATOMIC_RELEASE);
+    return;
+  }
+}
+
 uint64_t GpuScheduler::zico_budget_bytes() const {
   if (params_.zico_budget_bytes) return params_.zico_budget_bytes;
   const tandem_shm_header* shm = segment_.shm();

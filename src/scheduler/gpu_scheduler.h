@@ -40,6 +40,9 @@ class GpuScheduler {
   GpuSegment& segment() { return segment_; }
   // One period. `now_ns` is CLOCK_MONOTONIC.
   void tick(uint64_t now_ns);
+  // A client was given `slot` (its hello): under Zico a training job that joins another is
+  // held from its first allocation on, not only from the next period.
+  void admitted(int slot);
 
   GpuPhase gpu_phase() const { return detector_.phase(); }
   FillPhase fill_phase() const { return policy_.phase(); }

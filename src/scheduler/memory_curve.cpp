@@ -27,6 +27,17 @@ uint64_t MemoryCurve::at(uint64_t since_start_ns) const {
   return bin < curve_.size() ? curve_[bin] : trough_;
 }
 
+uint64_t MemoryCurve::falling_position_ns(uint64_t bytes) const {
+  size_t top = static_cast<size_t>(std::max_element(curve_.begin(), curve_.end()) - curve_.begin());
+  size_t bin = top;
+  while (bin < curve_.size() && curve_[bin] > bytes) ++bin;
+  return bin * bin_ns_;
+}
+
+uint64_t MemoryCurve::iteration_peak_bytes() const {
+  return in_iteration_ && !current_.empty() ? *std::max_element(current_.begin(), current_.end()) : 0;
+}
+
 void MemoryCurve::mark_start(uint64_t now_ns) { pending_start_ns_ = now_ns; }
 
 void MemoryCurve::update_levels(uint64_t now_ns, uint64_t bytes) {

@@ -39,6 +39,13 @@ class MemoryCurve {
   uint64_t active_ns() const { return curve_.size() * bin_ns_; }
   // The predicted use `since_start_ns` after an iteration's start: the curve, then the trough.
   uint64_t at(uint64_t since_start_ns) const;
+  // Where on its falling side (after its peak) the curve first comes down to `bytes`: the
+  // position of a job seen falling, whatever the time since its start (it may run slower than
+  // when its curve was learned).
+  uint64_t falling_position_ns(uint64_t bytes) const;
+  // The highest use seen in the iteration under way (0: none under way); below it, the job is
+  // in its backward pass.
+  uint64_t iteration_peak_bytes() const;
   // True while an iteration is under way (the use is above the threshold).
   bool in_iteration() const { return in_iteration_; }
   // When the current (or the last) iteration started; 0: none yet.

@@ -74,6 +74,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
     release_gpu_if_unused(uuid);
     return reply_error(client, ENOSPC, "no free client slot on GPU " + uuid);
   }
+  g->admitted(slot);
   client.role = role;
   client.registered = true;  // only now: a refused hello may be retried
   client.gpu = uuid;

@@ -9,13 +9,14 @@ uint64_t predicted_use(const RunningJob& job, uint64_t after_ns) {
   const MemoryCurve& c = *job.curve;
   switch (job.state) {
     case RunningJob::State::held: return c.last_bytes();
-    case RunningJob::State::unknown: return std::max(c.peak_bytes(), c.last_bytes());
+    case RunningJob::State::unknown:
+    case RunningJob::State::rising: return std::max(c.peak_bytes(), c.last_bytes());
     case RunningJob::State::running: break;
   }
   // Later than its curve (slowed down beside the others): it keeps what it holds until its
   // backward pass is seen; nothing is predicted to come free.
   if (c.in_iteration() && job.since_start_ns >= c.active_ns()) return c.last_bytes();
-  return c.at(job.since_start_ns + after_ns);
+  return c.at(job.since_start_ns + static_cast<uint64_t>(static_cast<double>(after_ns) * job.speed));
 }
 
 std::optional<uint64_t> time_shift(const MemoryCurve& job, const std::vector<RunningJob>& others, uint64_t budget_bytes,
@@ -39,14 +40,17 @@ RunningJob ZicoPolicy::running_view(const Job& j, uint64_t now_ns) const {
   r.curve = &j.curve;
   if (!j.curve.learned()) {
     r.state = RunningJob::State::unknown;
-  } else if (j.last_grant_ns == now_ns) {  // allowed this period: starts now
+  } else if (j.curve.in_iteration() && j.curve.last_bytes() < j.curve.iteration_peak_bytes()) {
+    // In its backward pass: placed on its curve by what it still holds, not by the time since
+    // its start (slowed by the other jobs or the host, it would be predicted to free memory it
+    // still holds: a job let start beside it then ran out of memory).
+    // It keeps the pace it has had since its start, if slower than its curve's.
     r.state = RunningJob::State::running;
-  } else if (j.curve.in_iteration()) {
-    r.state = RunningJob::State::running;
-    r.since_start_ns = now_ns - j.curve.started_ns();
-  } else if (j.last_grant_ns > j.curve.started_ns()) {  // allowed, its rise not seen yet
-    r.state = RunningJob::State::running;
-    r.since_start_ns = now_ns - j.last_grant_ns;
+    r.since_start_ns = j.curve.falling_position_ns(j.curve.last_bytes());
+    uint64_t elapsed = now_ns - j.curve.started_ns();
+    if (elapsed > r.since_start_ns) r.speed = static_cast<double>(r.since_start_ns) / static_cast<double>(elapsed);
+  } else if (j.curve.in_iteration() || j.last_grant_ns > j.curve.started_ns() || j.last_grant_ns == now_ns) {
+    r.state = RunningJob::State::rising;  // allowed, or in its forward pass
   } else {
     r.state = RunningJob::State::held;  // it cannot start without a permit
   }
@@ -123,8 +127,10 @@ void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, u
       // Its first iteration runs alone: once every other job is between iterations (and stays
       // there, having no permit until this one is learned).
       bool others_between = !profile_running;
-      for (const auto& [k, other] : jobs_)
-        if (k != slot && running_view(other, now_ns).state == RunningJob::State::running) others_between = false;
+      for (const auto& [k, other] : jobs_) {
+        RunningJob::State st = running_view(other, now_ns).state;
+        if (k != slot && (st == RunningJob::State::running || st == RunningJob::State::rising)) others_between = false;
+      }
       for (const auto& [k, other] : jobs_)
         if (k != slot && !other.curve.learned() && other.curve.in_iteration()) others_between = false;
       if (others_between) {

@@ -25,12 +25,16 @@ namespace tandem::scheduler {
 struct RunningJob {
   enum class State {
     held,     // between iterations, waiting for a permit: stays at its current use
-    running,  // in an iteration that began `since_start_ns` ago: follows its curve
+    rising,   // allowed to start, or in its forward pass: at its peak until seen falling (how
+              // fast it rises and when it turns depend on its speed now, which the curve,
+              // learned at another moment, does not know)
+    running,  // at `since_start_ns` on its curve (its backward pass): follows the curve
     unknown,  // no curve (profiling, or no iterations seen): its peak, throughout
   };
   const MemoryCurve* curve = nullptr;
   State state = State::held;
   uint64_t since_start_ns = 0;
+  double speed = 1.0;  // running: how fast it moves along its curve now (1: as learned)
 };
 
 // The use of `job` predicted `after_ns` from now.

@@ -208,3 +208,35 @@ TEST_CASE("ZicoPolicy: a client gone or replaced is forgotten; one left alone is
   CHECK(d[0].grant);  // a waiting job alone is let go
   CHECK(z.policy.status().size() == 1);
 }
+
+TEST_CASE("ZicoPolicy: a job slower than its curve is not predicted to free what it still holds", "[zico]") {
+  TwoJobs z;
+  const uint64_t budget = 300 * kMiB;
+  // Both curves learned as in the test above: slot 0 alone, then slot 1 profiling while slot 0
+  // waits at its trough.
+  for (int i = 0; i < 3; ++i)
+    for (uint64_t ms = 0; ms < 40; ++ms) z.step({{0, 1, triangle(ms), 0, false}}, budget);
+  for (uint64_t ms = 0; ms < 40; ++ms) z.step({{0, 1, triangle(ms), 0, ms >= 20}, {1, 1, 0, 0, true}}, budget);
+  bool slot0_granted = false;
+  for (int i = 0; i < 6 && !slot0_granted; ++i)
+    for (uint64_t ms = 0; ms < 40 && !slot0_granted; ++ms)
+      slot0_granted = z.step({{0, 1, 64 * kMiB, 0, true}, {1, 1, triangle(ms), 1, ms >= 20}}, budget)[0].grant;
+  REQUIRE(slot0_granted);
+  REQUIRE(z.policy.curve(1)->learned());
+  // Slot 0 now runs at half its learned speed (another job, the host); slot 1 waits at its
+  // trough. Followed by time, slot 0 would be predicted in its backward pass 10 ms in while it
+  // still rises; slot 1's start beside it would meet its peak (192 + 192 MiB > 300).
+  bool slot1_granted = false;
+  uint64_t t = 0;
+  for (; t < 80 && !slot1_granted; ++t) {
+    auto d = z.step({{0, 1, triangle(t / 2), 1, false}, {1, 1, 64 * kMiB, 1, true}}, budget);
+    slot1_granted = d[1].grant;
+    if (slot1_granted) {
+      CHECK(t / 2 >= 10);  // slot 0 seen past its peak (its backward pass started at 20 ms)
+      // Slot 1's iteration fits beside slot 0's at the pace slot 0 keeps (half its curve's).
+      for (uint64_t x = 0; x < 40; ++x) CHECK(triangle(x) + triangle((t + x) / 2) <= budget);
+    }
+  }
+  CHECK(slot1_granted);  // in slot 0's slow backward pass, not only after it
+  CHECK(t / 2 < 20);
+}
