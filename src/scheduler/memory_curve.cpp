@@ -42,13 +42,16 @@ void MemoryCurve::mark_start(uint64_t now_ns) { pending_start_ns_ = now_ns; }
 
 void MemoryCurve::update_levels(uint64_t now_ns, uint64_t bytes) {
   // A process holding nothing has not begun (or has ended): no trough to learn from.
-  if (bytes) window_.emplace_back(now_ns, bytes);
-  while (!window_.empty() && window_.front().first + kWindowNs < now_ns) window_.pop_front();
-  trough_ = peak_ = window_.empty() ? bytes : window_.back().second;
-  for (const auto& [t, b] : window_) {
-    trough_ = std::min(trough_, b);
-    peak_ = std::max(peak_, b);
+  if (bytes) {
+    while (!lows_.empty() && lows_.back().second >= bytes) lows_.pop_back();
+    while (!highs_.empty() && highs_.back().second <= bytes) highs_.pop_back();
+    lows_.emplace_back(now_ns, bytes);
+    highs_.emplace_back(now_ns, bytes);
   }
+  while (!lows_.empty() && lows_.front().first + kWindowNs < now_ns) lows_.pop_front();
+  while (!highs_.empty() && highs_.front().first + kWindowNs < now_ns) highs_.pop_front();
+  trough_ = lows_.empty() ? bytes : lows_.front().second;
+  peak_ = highs_.empty() ? bytes : highs_.front().second;
 }
 
 void MemoryCurve::add(uint64_t now_ns, uint64_t bytes) {
