@@ -8,6 +8,11 @@
 // it: shrinks when tandem's memory-pressure callback asks (at the next iteration boundary, a
 // safe point) and regrows when cudaMemGetInfo shows room for a sample.
 //
+// With --activations-mb M, memory rises and falls within each iteration as in real training
+// (Zico's case, docs/zico.md): the forward pass allocates M MiB of activations in K parts, one
+// before each compute kernel, and a backward pass of K more kernels frees them in reverse
+// order; the host waits for each kernel, so the memory follows the GPU's progress.
+//
 // Built with -DTANDEM_EXAMPLES_NCCL=ON and run with --gpus N (N > 1) on a multi-GPU machine,
 // the communication phase is a real ncclAllReduce across N GPUs driven by this one process
 // (ncclCommInitAll); the compute phase then runs on every GPU.
@@ -38,6 +43,7 @@ static const char* kUsage =
     "usage: train-sim [--iterations N | --seconds S] [--compute-kernels K] [--kernel-us U]\n"
     "                 [--comm-us C] [--gap-us G] [--blocks B] [--warmup W] [--report-every R]\n"
     "                 [--mem-mb M] [--gpus N] [--comm-mb M] [--batch N] [--sample-mb M] [--elastic]\n"
+    "                 [--activations-mb M]\n"
     "  Per iteration: K spin kernels of U us (grid B, default 132), a communication phase (an\n"
     "  NCCL-named spin kernel of C us, then the host waits for it), a data-loading gap of G us.\n"
     "  Defaults: 4 kernels x 7 ms compute, 6 ms communication, 6 ms data-loading gap\n"
@@ -48,6 +54,9 @@ static const char* kUsage =
     "  batch, a smaller batch takes its share. --sample-mb M: device memory per sample (default 0);\n"
     "  the batch starts as large as fits (cudaMemGetInfo). --elastic: follow tandem's memory:\n"
     "  shrink when its memory-pressure callback asks, regrow when a sample fits again.\n"
+    "  --activations-mb M: a forward pass of K kernels allocating M/K MiB before each, then a\n"
+    "  backward pass of K kernels freeing them in reverse order, the host waiting for each kernel.\n"
+    "  Out of memory there: a JSON line with \"error\":\"out of memory\" and exit status 3.\n"
     "  --gpus N > 1 with a build using -DTANDEM_EXAMPLES_NCCL=ON: a real ncclAllReduce of M MiB\n"
     "  (default 64) across N GPUs replaces the stand-in kernel.\n"
     "  Output: a JSON line every R iterations (0: none) and a summary JSON line.\n";
@@ -110,7 +119,7 @@ int main(int argc, char** argv) {
   Args a{argc, argv, kUsage};
   int iterations = 100, kernels = 4, blocks = 132, warmup = 3, report_every = 0, gpus = 1;
   double seconds = 0, kernel_us = 7000, comm_us = 6000, gap_us = 6000;
-  double mem_mb = 128, sample_mb = 0;
+  double mem_mb = 128, sample_mb = 0, activations_mb = 0;
   int max_batch = 1;
   bool elastic = false;
   [[maybe_unused]] double comm_mb = 64;  // only an NCCL build uses it
@@ -131,6 +140,7 @@ int main(int argc, char** argv) {
     else if (f == "--batch") max_batch = static_cast<int>(a.integer(1, 100000));
     else if (f == "--sample-mb") sample_mb = a.number(0, 1 << 20);
     else if (f == "--elastic") elastic = true;
+    else if (f == "--activations-mb") activations_mb = a.number(0, 1 << 20);
     else if (f == "--help" || f == "-h") {
       std::printf("%s", kUsage);
       return 0;
@@ -226,14 +236,44 @@ int main(int argc, char** argv) {
 #endif
     ncclDevKernel_AllReduce_Sum_f32_spin<<<4, 512, 0, streams[0]>>>(comm_ns);  // the collective
   };
+  // Forward: an activation before each kernel; backward: freed in reverse, one per kernel.
+  auto activation_bytes = static_cast<size_t>(activations_mb * 1024 * 1024);
+  size_t part_bytes = kernels ? (activation_bytes / static_cast<size_t>(kernels) + 511) / 512 * 512 : 0;
+  std::vector<void*> activations;
+  auto forward_backward = [&](unsigned long long ns) {
+    cudaStream_t st = streams[0];
+    for (int k = 0; k < kernels; ++k) {
+      void* p = nullptr;
+      if (cudaMalloc(&p, part_bytes) != cudaSuccess) {
+        std::printf("{\"example\":\"train-sim\",\"error\":\"out of memory\",\"activations_held_mb\":%.1f}\n",
+                    static_cast<double>(activations.size() * part_bytes) / (1 << 20));
+        std::fflush(stdout);
+        std::exit(3);
+      }
+      activations.push_back(p);
+      CUDA_CHECK(cudaMemsetAsync(p, 0, part_bytes, st));  // the layer writes its activations
+      spin_kernel<<<blocks, 256, 0, st>>>(ns);
+      CUDA_CHECK(cudaStreamSynchronize(st));
+    }
+    for (int k = 0; k < kernels; ++k) {
+      spin_kernel<<<blocks, 256, 0, st>>>(ns);
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      CUDA_CHECK(cudaFree(activations.back()));
+      activations.pop_back();
+    }
+  };
   auto iteration = [&] {
     follow_memory();
     // A smaller batch computes its share of the full batch's time.
     auto ns = kernel_ns * static_cast<unsigned long long>(batch.size()) / static_cast<unsigned long long>(max_batch);
-    for (int r = 0; r < ranks; ++r) {
-      if (ranks > 1) CUDA_CHECK(cudaSetDevice(r));
-      for (int k = 0; k < kernels; ++k)
-        spin_kernel<<<blocks, 256, 0, streams[static_cast<size_t>(r)]>>>(ns);
+    if (activation_bytes && kernels) {
+      forward_backward(ns);
+    } else {
+      for (int r = 0; r < ranks; ++r) {
+        if (ranks > 1) CUDA_CHECK(cudaSetDevice(r));
+        for (int k = 0; k < kernels; ++k)
+          spin_kernel<<<blocks, 256, 0, streams[static_cast<size_t>(r)]>>>(ns);
+      }
     }
     communicate();
     CUDA_CHECK(cudaGetLastError());
@@ -270,11 +310,12 @@ int main(int argc, char** argv) {
       "{\"example\":\"train-sim\",\"summary\":true,\"iterations\":%d,\"iters_per_s\":%.3f,\"elapsed_s\":%.3f,"
       "\"compute_us\":%.0f,\"comm_us\":%.0f,\"gap_us\":%.0f,\"comm\":\"%s\",\"gpus\":%d,"
       "\"samples_per_s\":%.3f,\"batch_max\":%d,\"batch_mean\":%.2f,\"batch_low\":%d,\"batch_high\":%d,"
-      "\"sample_mb\":%.0f,\"elastic\":%s,\"shrinks\":%d,\"grows\":%d,\"released_mb\":%.0f}\n",
+      "\"sample_mb\":%.0f,\"elastic\":%s,\"shrinks\":%d,\"grows\":%d,\"released_mb\":%.0f,"
+      "\"activations_mb\":%.0f}\n",
       done, done / elapsed, elapsed, kernels * kernel_us, use_nccl ? 0.0 : comm_us, gap_us,
       use_nccl ? "nccl-allreduce" : "nccl-named-spin", ranks, static_cast<double>(samples) / elapsed, max_batch,
       done ? static_cast<double>(samples) / done : 0.0, batch_min, batch_max, sample_mb, elastic ? "true" : "false",
-      batch.shrinks, batch.grows, static_cast<double>(batch.released) / (1 << 20));
+      batch.shrinks, batch.grows, static_cast<double>(batch.released) / (1 << 20), activations_mb);
   std::fflush(stdout);
 #ifdef TANDEM_EXAMPLES_NCCL
   if (use_nccl)

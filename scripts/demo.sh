@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job, two scenarios on one GPU. Runs on the real GPU when nvidia-smi finds one,
-# otherwise on the simulated GPU.   Usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|all]
+# otherwise on the simulated GPU.   Usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|zico|all]
 # fill (training first): training with communication and data-loading bubbles (train-sim)
 #   shares the GPU with batch inference (infer-sim). Four configurations, each for --seconds S
 #   (default 5): Exclusive training, Exclusive inference, Co-Exec (both, no tandem), tandem
@@ -10,6 +10,9 @@
 #   tandemd --policy slo, for 2 x S seconds (scripts/demo_slo.sh): latency table and plot.
 # memory: elastic training beside online inference whose models come and go, in 1 GiB, for
 #   3 x S seconds (scripts/demo_memory.sh): tandem's pool against a static 50/50 split.
+# zico: two training jobs whose memory peaks together exceed the (simulated) GPU, S seconds
+#   each way (scripts/demo_zico.sh): one after the other, together without Zico (out of
+#   memory), together with TANDEM_ZICO=1.
 # --workload pytorch: the same scenarios with real PyTorch programs (examples/pytorch/train.py
 #   and serve.py, from the project's venv) instead of train-sim and infer-sim
 #   (scripts/demo_pytorch.py).
@@ -18,16 +21,16 @@ cd "$(dirname "$0")/.."
 seconds=5
 scenario=all
 workload=sim
-usage="usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|all] [--workload sim|pytorch]"
+usage="usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|zico|all] [--workload sim|pytorch]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
-    --scenario) scenario=${2:?--scenario needs fill, slo, memory or all}; shift 2 ;;
+    --scenario) scenario=${2:?--scenario needs fill, slo, memory, zico or all}; shift 2 ;;
     --workload) workload=${2:?--workload needs sim or pytorch}; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
-case "$scenario" in fill|slo|memory|all) ;; *) echo "demo: unknown scenario '$scenario' (fill, slo, memory or all)" >&2; exit 2 ;; esac
+case "$scenario" in fill|slo|memory|zico|all) ;; *) echo "demo: unknown scenario '$scenario' (fill, slo, memory, zico or all)" >&2; exit 2 ;; esac
 case "$workload" in sim|pytorch) ;; *) echo "demo: unknown workload '$workload' (sim or pytorch)" >&2; exit 2 ;; esac
 scripts/setup.sh >/dev/null
 if [ "$workload" = pytorch ]; then scripts/setup-venv.sh >/dev/null; fi
@@ -44,6 +47,7 @@ mkdir -p "$out"
 if [ "$workload" = pytorch ]; then exec .venv/bin/python scripts/demo_pytorch.py build "$out" "$seconds" "$scenario"; fi
 if [ "$scenario" = slo ]; then exec scripts/demo_slo.sh "$out/slo" "$(awk "BEGIN{print $seconds * 2}")"; fi
 if [ "$scenario" = memory ]; then exec scripts/demo_memory.sh "$out/memory" "$(awk "BEGIN{print $seconds * 3}")"; fi
+if [ "$scenario" = zico ]; then exec scripts/demo_zico.sh "$out/zico" "$seconds"; fi
 train() { build/bin/train-sim --seconds "$seconds"; }
 infer() { build/bin/infer-sim --seconds "$seconds"; }
 
@@ -119,4 +123,6 @@ if [ "$scenario" = all ]; then
   scripts/demo_slo.sh "$out/slo" "$(awk "BEGIN{print $seconds * 2}")"
   echo
   scripts/demo_memory.sh "$out/memory" "$(awk "BEGIN{print $seconds * 3}")"
+  echo
+  scripts/demo_zico.sh "$out/zico" "$seconds"
 fi

@@ -129,6 +129,10 @@ def main():
         print("demo pytorch: the memory scenario needs an elastic training job (one that gives memory back when "
               "tandemd lowers its quota); train.py is not one: run it with --workload sim", file=sys.stderr)
         return 2
+    if scenario == "zico":
+        print("demo pytorch: the zico scenario sizes the simulated GPU's memory around train-sim's activations: "
+              "run it with --workload sim", file=sys.stderr)
+        return 2
     for name, run in (("fill", fill), ("slo", slo)):
         if scenario in (name, "all"):
             print(f"\ndemo pytorch: scenario {name} (the programs warm up first)")

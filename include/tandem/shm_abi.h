@@ -71,7 +71,12 @@ struct tandem_slot {
   uint32_t memory_wake; /* futex word: the daemon increments it (and wakes the client's progress
                            thread) when it changed assigned_quota_bytes, so that a process asked to
                            give memory back answers at once, not at its next tick */
-  uint8_t reserved[52];
+  uint32_t zico_permits; /* Zico: iteration starts allowed so far (the client counts those it used) */
+  /* Zico (tandemd with TANDEM_ZICO=1, training only; docs/zico.md): an allocation made while the
+     process's bytes in use are at most zico_trough_bytes starts an iteration and waits until
+     zico_permits passes the page's zico_starts (0: no such wait). Zero in an older daemon. */
+  uint64_t zico_trough_bytes;
+  uint8_t reserved[40];
 };
 
 /* What one client writes: its own page, separate from the GPU's segment. */
@@ -111,7 +116,11 @@ struct tandem_client_page {
   uint32_t sm_count;          /* SMs its context may use (MPS execution affinity); 0: not reported */
   uint32_t device_sms;        /* SMs of its GPU; sm_count < device_sms: spatially limited */
   uint32_t training_flags;    /* TANDEM_TRAINING_* */
-  uint8_t reserved[28];
+  /* Zico (see tandem_slot.zico_trough_bytes): */
+  uint32_t zico_starts;  /* iteration starts this process made under a permit (or failing open) */
+  uint64_t zico_wait_ns; /* total time waited at iteration boundaries */
+  uint32_t zico_waiting; /* 1 while an allocation waits at an iteration boundary for a permit */
+  uint8_t reserved[12];
 };
 
 struct tandem_shm_header {

@@ -14,6 +14,7 @@
 #include "memory_quota.h"
 #include "pool_backend.h"
 #include "real_driver.h"
+#include "zico_gate.h"
 
 namespace tandem::hook {
 
@@ -76,6 +77,7 @@ CUresult allocate(Table table, uint64_t bytes, Allocate&& call, uint64_t* key) n
 
 CUresult allocate_pointer(CUdeviceptr* dptr, uint64_t bytes, auto&& call) noexcept {
   static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t));
+  zico_at_allocation();  // an iteration's first allocation may wait for tandemd (Zico)
   return allocate(&LiveAllocations::pointers, bytes, call, reinterpret_cast<uint64_t*>(dptr));
 }
 
@@ -98,6 +100,7 @@ bool pooled(CUstream s, bool per_thread) noexcept {
 CUresult pool_alloc(CUdeviceptr* dptr, size_t size) noexcept {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t bytes = pool_charge(size);
+  zico_at_allocation();  // an iteration's first allocation may wait for tandemd (Zico)
   if (!charge_memory(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr p = pool_allocate(bytes);
   if (!p) {

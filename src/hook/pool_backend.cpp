@@ -386,6 +386,14 @@ void pool_tick() noexcept {
                          quota >> 20, static_cast<double>(monotonic_ns() - start) / 1e6);
       return;
     }
+    // Zico: while tandemd time-shifts this training job, what its backward pass freed goes
+    // back at once, for the other job's forward pass.
+    const tandem_slot* slot = current_slot();
+    uint64_t unused_now = held - std::min(held, live);
+    if (slot && __atomic_load_n(&slot->zico_trough_bytes, __ATOMIC_ACQUIRE) && unused_now >= g_pool->chunk_bytes()) {
+      g_pool->try_trim(live, true);
+      return;
+    }
     // SIRIUS's InferRelease: memory not in use is kept up to 2W, then given back down to W.
     // Blocks freed with cuMemFree wait for a synchronization, which trimming takes: an idle
     // server synchronizes nothing else, and its freed models must still go back.

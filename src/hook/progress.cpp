@@ -19,6 +19,7 @@
 #include "pool_backend.h"
 #include "real_driver.h"
 #include "settings.h"
+#include "zico_gate.h"
 
 namespace tandem::hook {
 
@@ -188,6 +189,7 @@ void* progress_main(void*) {
       __atomic_store_n(&page->training_flags, g_job_local ? TANDEM_TRAINING_COLLECTIVES_HELD : 0u, __ATOMIC_RELAXED);
       memory_pressure_tick(now);
       pool_tick();
+      zico_progress_tick();
       if (g_role == TANDEM_ROLE_INFERENCE) publish_request_latency();
       if (g_notes.work_since_marker.load(std::memory_order_relaxed) &&
           !g_notes.last_was_nccl.load(std::memory_order_relaxed))

@@ -99,6 +99,11 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
     v.latency_samples = raw.latency_samples;
   }
   v.progress_wake = raw.progress_wake;  // the client's own futex word: read by nobody else
+  // Zico: a start count is only compared with the permits the daemon gave (any value is
+  // harmless); the waiting flag is 0 or 1.
+  v.zico_starts = raw.zico_starts;
+  v.zico_waiting = raw.zico_waiting ? 1 : 0;
+  v.zico_wait_ns = b.counter(p.zico_wait_ns, raw.zico_wait_ns, B::kWorkNsPerPeriod, "zico_wait_ns");
 }
 
 }  // namespace tandem::scheduler

@@ -15,7 +15,8 @@ void wake(tandem_slot& s) { futex_bump_and_wake(&s.wake); }
 }  // namespace
 
 GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
-    : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill), slo_(params.slo) {
+    : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill), slo_(params.slo),
+      zico_(params.period_ns) {
   if (segment_.ok()) {
     segment_.shm()->sample_us = params.period_ns / 1000;
     segment_.shm()->policy = params.policy;
@@ -169,6 +170,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
   usage_.update(now_ns, !training ? GpuState::no_training : phase == GpuPhase::bubble ? GpuState::bubble : GpuState::busy,
                 slo && slo_.active() ? slo_.duty() : 1.0, others_work);
   check_admission(shm, now_ns);
+  if (params_.zico) step_zico(shm, now_ns);
   if (!training) return;
 
   bool was_communicating = communicating_;
@@ -191,6 +193,52 @@ void GpuScheduler::tick(uint64_t now_ns) {
     }
   }
   apply(shm, grants_, now_ns);
+}
+
+void GpuScheduler::admitted(int slot) {
+  tandem_shm_header* shm = segment_.shm();
+  if (!params_.zico || !shm || slot < 0 || slot >= static_cast<int>(TANDEM_MAX_SLOTS)) return;
+  tandem_slot& s = shm->slots[slot];
+  if (s.role != TANDEM_ROLE_TRAINING) return;
+  for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
+    const tandem_slot& o = shm->slots[i];
+    if (static_cast<int>(i) == slot || __atomic_load_n(&o.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE ||
+        o.role != TANDEM_ROLE_TRAINING)
+      continue;
+    // What the policy publishes for a job it has not learned (zico_policy.h): its first
+    // allocation waits. Until the next period it could allocate beside the other job's peak
+    // (a newcomer ran out of memory after 30 MiB of its first iteration).
+    __atomic_store_n(&s.zico_trough_bytes, UINT64_MAX, __ATOMIC_RELEASE);
+    return;
+  }
+}
+
+uint64_t GpuScheduler::zico_budget_bytes() const {
+  if (params_.zico_budget_bytes) return params_.zico_budget_bytes;
+  const tandem_shm_header* shm = segment_.shm();
+  return shm ? static_cast<uint64_t>(static_cast<double>(shm->gpu_total_bytes) * params_.zico_budget_percent / 100) : 0;
+}
+
+// Zico: learns the training jobs' memory curves from their pages and lets a job waiting at an
+// iteration boundary start when its iteration fits beside the others' (zico_policy.h).
+void GpuScheduler::step_zico(tandem_shm_header* shm, uint64_t now_ns) {
+  zico_samples_.clear();
+  for (const FillerState& t : training_) {
+    const tandem_slot& s = shm->slots[t.id];
+    const ClientView& c = segment_.view(t.id);
+    zico_samples_.push_back({t.id, s.generation, c.v.bytes_in_use, c.v.zico_starts, c.v.zico_waiting != 0});
+  }
+  // Without the GPU's size there is no budget: nobody is held.
+  uint64_t budget = zico_budget_bytes();
+  zico_.step(now_ns, zico_samples_, budget ? budget : UINT64_MAX, zico_decisions_);
+  for (const ZicoDecision& d : zico_decisions_) {
+    tandem_slot& s = shm->slots[d.slot];
+    __atomic_store_n(&s.zico_trough_bytes, d.trough_bytes, __ATOMIC_RELEASE);
+    if (!d.grant) continue;
+    __atomic_store_n(&s.zico_permits, d.permits, __ATOMIC_RELEASE);
+    wake(s);
+    trace_.add({now_ns, 'Z', s.pid, 0});
+  }
 }
 
 uint64_t GpuScheduler::others_work_since(const tandem_slot& s, int slot, const ClientView& c) {

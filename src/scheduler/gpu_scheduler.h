@@ -16,6 +16,7 @@
 #include "gpu_usage.h"
 #include "slo_policy.h"
 #include "trace.h"
+#include "zico_policy.h"
 
 namespace tandem::scheduler {
 
@@ -25,6 +26,11 @@ struct SchedulerParams {
   FillParams fill;
   uint32_t policy = TANDEM_POLICY_FILL;
   SloParams slo;
+  // Zico (TANDEM_ZICO): time-shift training iterations so their memory fits the budget,
+  // given in bytes or as a percentage of the GPU's memory (TANDEM_ZICO_BUDGET).
+  bool zico = false;
+  uint64_t zico_budget_bytes = 0;
+  double zico_budget_percent = 95;
 };
 
 class GpuScheduler {
@@ -34,6 +40,9 @@ class GpuScheduler {
   GpuSegment& segment() { return segment_; }
   // One period. `now_ns` is CLOCK_MONOTONIC.
   void tick(uint64_t now_ns);
+  // A client was given `slot` (its hello): under Zico a training job that joins another is
+  // held from its first allocation on, not only from the next period.
+  void admitted(int slot);
 
   GpuPhase gpu_phase() const { return detector_.phase(); }
   FillPhase fill_phase() const { return policy_.phase(); }
@@ -42,6 +51,9 @@ class GpuScheduler {
   const BubbleDetector& detector() const { return detector_; }
   uint32_t policy() const { return params_.policy; }
   const SloPolicy& slo() const { return slo_; }
+  // Null unless TANDEM_ZICO is on.
+  const ZicoPolicy* zico() const { return params_.zico ? &zico_ : nullptr; }
+  uint64_t zico_budget_bytes() const;
   uint64_t ticks() const { return ticks_; }
   uint64_t tick_ns_total() const { return tick_ns_total_; }
   Trace& trace() { return trace_; }
@@ -77,6 +89,10 @@ class GpuScheduler {
   void check_admission(tandem_shm_header* shm, uint64_t now_ns);
   void set_gates(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint32_t gate);
   void apply(tandem_shm_header* shm, const std::vector<Grant>& grants, uint64_t now_ns);
+  void step_zico(tandem_shm_header* shm, uint64_t now_ns);
+  ZicoPolicy zico_;
+  std::vector<ZicoSample> zico_samples_;
+  std::vector<ZicoDecision> zico_decisions_;
 
   GpuPhase last_phase_ = GpuPhase::busy;
   std::vector<std::string> refusals_;

@@ -95,6 +95,12 @@ int main(int argc, char** argv) {
   if (sp.slo.control_period_ns < 10 * sp.period_ns) sp.slo.control_period_ns = 10 * sp.period_ns;
   sp.slo.window_ns = us(SettingId::TANDEM_SLO_WINDOW_US);
   sp.slo.idle_ns = us(SettingId::TANDEM_SLO_IDLE_MS) * 1000;
+  sp.zico = setting_bool(SettingId::TANDEM_ZICO);
+  tandem::MemorySize zico_budget;
+  if (tandem::parse_memory_size(tandem::setting_text(SettingId::TANDEM_ZICO_BUDGET), zico_budget) && !zico_budget.empty) {
+    sp.zico_budget_bytes = zico_budget.is_percent ? 0 : zico_budget.bytes;
+    sp.zico_budget_percent = zico_budget.is_percent ? zico_budget.percent : 100;
+  }
   bool& foreground = config.foreground;
   std::string& log = config.log;
   std::string crash_signal;  // --crash-for-test

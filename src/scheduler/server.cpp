@@ -74,6 +74,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
     release_gpu_if_unused(uuid);
     return reply_error(client, ENOSPC, "no free client slot on GPU " + uuid);
   }
+  g->admitted(slot);
   client.role = role;
   client.registered = true;  // only now: a refused hello may be retried
   client.gpu = uuid;
@@ -242,7 +243,20 @@ std::string Server::status_json() const {
              {"control_periods", p.control_seq() - 1}, {"history", history}};
       slo.update(slo_floor_status(*g, p));
     }
+    nlohmann::json zico = nullptr;  // TANDEM_ZICO: each training job's curve and permits (docs/zico.md)
+    if (const ZicoPolicy* z = g->zico(); z && shm) {
+      nlohmann::json jobs = nlohmann::json::array();
+      for (const ZicoJobStatus& j : z->status())
+        jobs.push_back({{"pid", shm->slots[j.slot].pid}, {"learned", j.learned}, {"profiling", j.profiling},
+                        {"unshaped", j.unshaped}, {"waiting", j.waiting}, {"iterations", j.iterations},
+                        {"trough_bytes", j.trough_bytes}, {"peak_bytes", j.peak_bytes},
+                        {"period_ms", static_cast<double>(j.period_ns) / 1e6},
+                        {"active_ms", static_cast<double>(j.active_ns) / 1e6}, {"starts", j.grants},
+                        {"delayed_starts", j.shifted}, {"last_shift_ms", static_cast<double>(j.last_shift_ns) / 1e6}});
+      zico = {{"budget_bytes", g->zico_budget_bytes()}, {"jobs", jobs}};
+    }
     gpus.push_back({{"uuid", uuid},
+                    {"zico", zico},
                     {"phase", g->gpu_phase() == GpuPhase::bubble ? "bubble" : "busy"},
                     {"fill_phase", FillPolicy::phase_name(g->fill_phase())},
                     {"communicating", g->communicating()},

@@ -31,6 +31,10 @@ std::string Trace::chrome_json(uint64_t since_ns, const std::string& gpu) const 
                           {"s", "t"}, {"ts", us(e.t_ns)}, {"pid", "GPU " + gpu},
                           {"tid", "filler " + std::to_string(e.pid)}, {"args", {{"ns", e.value}}}});
         break;
+      case 'Z':
+        events.push_back({{"name", "iteration start allowed (Zico)"}, {"ph", "i"}, {"s", "t"}, {"ts", us(e.t_ns)},
+                          {"pid", "GPU " + gpu}, {"tid", "training " + std::to_string(e.pid)}});
+        break;
     }
   }
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();

@@ -10,7 +10,8 @@ namespace tandem::scheduler {
 
 struct TraceEvent {
   uint64_t t_ns;
-  char kind;      // 'B' bubble began, 'E' bubble ended, 'G' tokens granted, 'R' revoked
+  char kind;      // 'B' bubble began, 'E' bubble ended, 'G' tokens granted, 'R' revoked,
+                  // 'Z' a training iteration allowed to start (Zico)
   int32_t pid;    // the filler for G/R, 0 otherwise
   int64_t value;  // tokens for G/R
 };

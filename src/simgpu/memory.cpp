@@ -24,6 +24,12 @@ int allocating_device() {
   return c && c->device >= 0 && c->device < 16 ? c->device : 0;
 }
 
+// SIMGPU_MEM_SHARED: the GPU's memory is one budget, this process's use plus what the others
+// published. Not atomic across processes (two may pass together): a simulator's approximation.
+bool room_on_gpu(int device, uint64_t bytes) {
+  return g_used_on[device] + others_memory_use(device) + bytes <= settings().mem_bytes;
+}
+
 CUresult allocate(CUdeviceptr* p, size_t bytes, const char* api) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   if (should_fail(api)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -31,6 +37,7 @@ CUresult allocate(CUdeviceptr* p, size_t bytes, const char* api) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_used + bytes > settings().mem_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (settings().mem_shared && !room_on_gpu(allocating_device(), bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   // Lazily committed anonymous pages: large allocations cost nothing until touched.
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -90,6 +97,20 @@ CUresult set(CUdeviceptr dst, uint32_t value, size_t elem, size_t count, CUstrea
 }
 
 }  // namespace
+
+bool charge_vmm(int device, uint64_t bytes, bool check) {
+  if (!settings().mem_shared || device < 0 || device >= 16) return true;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (check && !room_on_gpu(device, bytes)) return false;
+  publish_memory_use(device, g_used_on[device] += bytes);
+  return true;
+}
+
+void uncharge_vmm(int device, uint64_t bytes) {
+  if (!settings().mem_shared || device < 0 || device >= 16) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  publish_memory_use(device, g_used_on[device] -= bytes);
+}
 
 CUdeviceptr allocate_untracked(size_t bytes) {
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -160,6 +181,11 @@ SIM_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (total) *total = settings().mem_bytes;
   if (free_bytes) *free_bytes = settings().mem_bytes - g_used;
+  if (free_bytes && settings().mem_shared) {  // the whole GPU's use, VMM memory included
+    int device = allocating_device();
+    uint64_t used = g_used_on[device] + others_memory_use(device);
+    *free_bytes = used < settings().mem_bytes ? settings().mem_bytes - used : 0;
+  }
   return CUDA_SUCCESS;
 }
 

@@ -68,4 +68,18 @@ void publish_memory_use(int device, uint64_t bytes) {
   errno = saved_errno;
 }
 
+uint64_t others_memory_use(int device) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  int saved_errno = errno;
+  uint64_t sum = 0;
+  int32_t me = getpid();
+  if (ProcessMemoryTable* t = table(device))
+    for (ProcessMemoryRow& r : t->rows) {
+      int32_t pid = r.pid.load();
+      if (pid > 0 && pid != me && alive(pid)) sum += r.bytes.load();
+    }
+  errno = saved_errno;
+  return sum;
+}
+
 }  // namespace simgpu

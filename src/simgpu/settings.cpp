@@ -25,6 +25,7 @@ constexpr Row kSettings[] = {
     {"SIMGPU_DEVICES", "1", "number of simulated GPUs"},
     {"SIMGPU_SMS", "132", "SMs per GPU (kernels occupy min(grid blocks, SMs))"},
     {"SIMGPU_MEM_BYTES", "85899345920", "device memory per GPU (80 GiB); larger allocations fail"},
+    {"SIMGPU_MEM_SHARED", "0", "1: SIMGPU_MEM_BYTES is one budget for all processes of a GPU, VMM memory included (as on a GPU); 0: per process, VMM not counted"},
     {"SIMGPU_NS_PER_WAVE", "2000", "cost of one wave of blocks of a non-spin kernel (ns)"},
     {"SIMGPU_MIN_KERNEL_NS", "2000", "floor of a non-spin kernel's cost (ns)"},
     {"SIMGPU_LINK_GBPS", "63", "a GPU's link to its peers, GB/s per direction (PCIe 5.0 x16): NCCL collectives' duration"},
@@ -69,6 +70,7 @@ Settings load() {
   s.devices = static_cast<int>(number("SIMGPU_DEVICES", 1, 16));
   s.sms = static_cast<int>(number("SIMGPU_SMS", 1, 1024));
   s.mem_bytes = number("SIMGPU_MEM_BYTES", 1 << 20, 1ull << 50);
+  s.mem_shared = std::strcmp(value_of("SIMGPU_MEM_SHARED"), "1") == 0;
   s.ns_per_block_wave = number("SIMGPU_NS_PER_WAVE", 0, 1000000000);
   s.min_kernel_ns = number("SIMGPU_MIN_KERNEL_NS", 0, 1000000000);
   s.link_gbps = number("SIMGPU_LINK_GBPS", 1, 100000);

@@ -44,6 +44,7 @@ struct Settings {
   int devices = 1;
   int sms = 132;
   uint64_t mem_bytes = 80ull << 30;
+  bool mem_shared = false;            // SIMGPU_MEM_SHARED: mem_bytes is the whole GPU's, for all processes
   uint64_t ns_per_block_wave = 2000;  // cost of one wave of blocks of a non-spin kernel
   uint64_t min_kernel_ns = 2000;
   uint64_t link_gbps = 63;            // SIMGPU_LINK_GBPS: each GPU's link to its peers, GB/s per direction
@@ -208,6 +209,12 @@ void fit_to_sm_limit(unsigned limit, unsigned* sms, uint64_t* duration_ns);
 
 // ---- each process's device memory, seen by the simulated NVML (process_memory.cpp) ----
 void publish_memory_use(int device, uint64_t bytes);
+// What the other live processes published for `device` (SIMGPU_MEM_SHARED's budget).
+uint64_t others_memory_use(int device);
+// VMM physical memory under SIMGPU_MEM_SHARED (memory.cpp): counted while this process holds a
+// handle to it. False (nothing counted) when `check` and the GPU's budget has no room.
+bool charge_vmm(int device, uint64_t bytes, bool check);
+void uncharge_vmm(int device, uint64_t bytes);
 
 // ---- the timing of memsets, copies and launches (transfers.cpp) ----
 // A memset: real stores (whole pages of zeros dropped, zero_fill.cpp), lasting at least its

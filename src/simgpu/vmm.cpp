@@ -21,6 +21,7 @@ struct Physical {
   size_t size = 0;
   CUmemAllocationProp prop{};
   std::atomic<int> refs{1};
+  int charged_device = -1;  // SIMGPU_MEM_SHARED: the device whose budget counts it (-1: none)
 };
 
 constexpr size_t kGranularity = 2 << 20;
@@ -32,6 +33,7 @@ Physical* as_physical(CUmemGenericAllocationHandle h) {
 
 void unref(Physical* p) {
   if (p->refs.fetch_sub(1) == 1) {
+    if (p->charged_device >= 0) uncharge_vmm(p->charged_device, p->size);
     close(p->fd);
     p->magic = 0;
     delete p;
@@ -79,16 +81,20 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, 
   (void)flags;
   SIM_FAIL_POINT();
   if (!handle || !prop || size == 0 || size % kGranularity) return CUDA_ERROR_INVALID_VALUE;
+  // Device memory counts against the GPU's budget (SIMGPU_MEM_SHARED); host locations do not.
+  int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
+  if (!charge_vmm(device, size, true)) return CUDA_ERROR_OUT_OF_MEMORY;
   int fd = memfd_create("simgpu-chunk", MFD_CLOEXEC);
-  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    close(fd);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    if (fd >= 0) close(fd);
+    uncharge_vmm(device, size);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   auto* p = new Physical();
   p->fd = fd;
   p->size = size;
   p->prop = *prop;
+  p->charged_device = settings().mem_shared ? device : -1;
   *handle = reinterpret_cast<CUmemGenericAllocationHandle>(p);
   return CUDA_SUCCESS;
 }
@@ -127,6 +133,9 @@ SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* ha
   p->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   p->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   p->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  // The memory exists already (another process made it): counted from now on, never refused.
+  // A chunk no process holds (waiting in tandemd's pool) counts for nobody.
+  if (settings().mem_shared && charge_vmm(0, p->size, false)) p->charged_device = 0;
   *handle = reinterpret_cast<CUmemGenericAllocationHandle>(p);
   return CUDA_SUCCESS;
 }
