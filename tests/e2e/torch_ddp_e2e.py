@@ -44,7 +44,13 @@ def start(env, script, args, role, **settings):
 
 
 def finish(p, timeout):
-    out, err = p.communicate(timeout=timeout)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise SystemExit(f"FAIL: {' '.join(p.args[1:3])} still ran {timeout} s after the others' deadline; "
+                         f"its output:\n{out[-2000:]}\n{err[-4000:]}")
     if p.returncode != 0:
         raise SystemExit(f"FAIL: {' '.join(p.args[1:3])} exited with {p.returncode}:\n{err[-3000:]}")
     return last_json(out)
