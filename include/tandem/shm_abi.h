@@ -43,8 +43,8 @@
 #define TANDEM_POLICY_SLO 1u  /* online inference protected to its latency target, training best-effort */
 
 /* tandem_client_page.training_flags */
-#define TANDEM_TRAINING_COLLECTIVES_HELD 1u /* every rank of its job is in the process (TANDEM_JOB_LOCAL): its
-                                               collectives are held like its other kernels */
+#define TANDEM_TRAINING_COLLECTIVES_HELD 1u /* every rank of its job is on this node (TANDEM_JOB_LOCAL): its
+                                               collectives are held (with its peers', by tandemd, when it is one of several processes) */
 
 /* Gate modes, set by the daemon. */
 #define TANDEM_GATE_OPEN 0u   /* launches pass: not gated, or failed open */
@@ -76,7 +76,12 @@ struct tandem_slot {
      process's bytes in use are at most zico_trough_bytes starts an iteration and waits until
      zico_permits passes the page's zico_starts (0: no such wait). Zero in an older daemon. */
   uint64_t zico_trough_bytes;
-  uint8_t reserved[40];
+  /* A training rank of a job whose ranks are processes of this node (TANDEM_JOB_LOCAL with
+     torchrun's WORLD_SIZE = LOCAL_WORLD_SIZE; docs/slo.md): it may launch its n-th NCCL kernel
+     (n = 1, 2, ...) only while n < collectives_allowed; 0: no limit. tandemd gives every rank
+     of the job the same value, so no rank waits inside a collective for a peer held here. */
+  uint64_t collectives_allowed;
+  uint8_t reserved[32];
 };
 
 /* What one client writes: its own page, separate from the GPU's segment. */
@@ -120,7 +125,9 @@ struct tandem_client_page {
   uint32_t zico_starts;  /* iteration starts this process made under a permit (or failing open) */
   uint64_t zico_wait_ns; /* total time waited at iteration boundaries */
   uint32_t zico_waiting; /* 1 while an allocation waits at an iteration boundary for a permit */
-  uint8_t reserved[12];
+  /* A training rank of a node-local job (see tandem_slot.collectives_allowed): */
+  uint32_t collective_waiting;   /* n while its n-th NCCL kernel waits for collectives_allowed, else 0 */
+  uint64_t collectives_launched; /* NCCL kernels launched directly since the process started */
 };
 
 struct tandem_shm_header {

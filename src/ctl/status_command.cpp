@@ -41,6 +41,12 @@ int status_command(const std::string& socket_path, bool json) {
                 c["role"].get<std::string>().c_str(), (seconds_text(c["connected_s"].get<double>())).c_str(),
                 c.value("trust_domain", std::string("-")).c_str(), container_text(c).c_str());
   if (j["clients"].empty()) std::printf("(no clients)\n");
+  // Node-local training jobs whose collectives tandemd holds on all ranks together (docs/slo.md).
+  if (j.contains("jobs") && j["jobs"].is_array())
+    for (const auto& job : j["jobs"])
+      std::printf("job %s: %u of %u ranks, collectives %s, %llu holds\n", job.value("job", std::string()).c_str(),
+                  job.value("ranks", 0u), job.value("expected_ranks", 0u), job.value("holding", false) ? "held" : "free",
+                  job.value("holds", 0ull));
   for (const auto& g : j["gpus"]) {
     std::printf("\nGPU %s: %s, fill %s, %llu bubbles (mean %.2f ms, longest %.2f ms; busy mean %.2f ms)\n",
                 g["uuid"].get<std::string>().c_str(), g["phase"].get<std::string>().c_str(),

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "counters.h"
+#include "job_ranks.h"
 #include "link_check.h"
 #include "log.h"
 #include "protocol.h"
@@ -171,6 +172,10 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
     // tandemd takes the pid from the kernel; "pid" stays for older daemons, which compared it.
     nlohmann::json hello = {{"pid", getpid()}, {"role", setting_text(SettingId::TANDEM_ROLE)}, {"gpu", hex},
                             {"gpu_total_bytes", gpu_total_bytes}};
+    if (const JobIdentity& job = job_identity(); job.ranks > 1) {
+      hello["job"] = job.key;
+      hello["job_ranks"] = job.ranks;
+    }
     MessageHeader h{};
     std::string reply;
     if (!send_message(fd, MessageType::hello, hello.dump())) return give_up(nullptr);

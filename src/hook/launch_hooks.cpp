@@ -4,6 +4,7 @@
 #include "capture_state.h"
 #include "counters.h"
 #include "gate.h"
+#include "job_ranks.h"
 #include "progress.h"
 #include "online_requests.h"
 #include "handle_map.h"
@@ -91,11 +92,13 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
     uint64_t cost = gated ? launch_cost_ns(d.gx, d.gy, d.gz, d.bx, d.by, d.bz) : 0;
     if (cost) g_last_cost_ns.store(cost, std::memory_order_relaxed);
     before_managed_launch(kind, s, per_thread_stream, gated, cost);
+    if (kind == KernelKind::nccl && g_job_grouped) collective_take();
   }
   CUresult r = call();
   if (__builtin_expect(r == CUDA_SUCCESS, 1)) {
     count(c.by_entry[static_cast<size_t>(entry)]);
     if (kind == KernelKind::nccl) count(c.nccl);
+    if (kind == KernelKind::nccl && g_job_grouped) collective_launched();
     if (managed) after_managed_launch(kind, s, per_thread_stream, 1);
     // A kernel of a filler whose in-flight work is bounded (its gate shut: beside training, or
     // policy slo) gets a marker right behind it, on its own stream. A marker covers only

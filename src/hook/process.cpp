@@ -13,6 +13,7 @@
 #include "progress.h"
 #include "daemon_link.h"
 #include "gate.h"
+#include "job_ranks.h"
 #include "log.h"
 #include "online_requests.h"
 #include "pool_backend.h"
@@ -48,6 +49,7 @@ void after_fork_parent() noexcept { handle_maps_unlock_all(); }
 void after_fork_child() noexcept {
   handle_maps_reset_locks_in_child();
   reset_counters();
+  g_collectives_launched.store(0, std::memory_order_relaxed);
   memory_tracker_reset_in_child();
   memory_quota_after_fork_child();
   progress_after_fork_child();
@@ -84,7 +86,8 @@ void bootstrap() noexcept {
   atexit(on_exit_write_stats);
   g_role = role_code(setting_text(SettingId::TANDEM_ROLE));
   ask_mps_sm_share();  // before this first call reaches the driver
-  g_job_local = g_role == TANDEM_ROLE_TRAINING && setting_bool(SettingId::TANDEM_JOB_LOCAL);
+  read_job_identity();
+  g_job_local = g_role == TANDEM_ROLE_TRAINING && setting_bool(SettingId::TANDEM_JOB_LOCAL) && !g_job_grouped;
   start_progress_thread();  // registers with tandemd in the background: never blocks the caller
   TANDEM_LOG_INFO("bootstrapped (role {}, driver {})", setting_text(SettingId::TANDEM_ROLE),
                   setting_text(SettingId::TANDEM_REAL_LIBCUDA));

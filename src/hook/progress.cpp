@@ -12,6 +12,7 @@
 #include "counters.h"
 #include "futex.h"
 #include "gate.h"
+#include "job_ranks.h"
 #include "log.h"
 #include "memory_quota.h"
 #include "mps_share.h"
@@ -186,7 +187,10 @@ void* progress_main(void*) {
       __atomic_store_n(&page->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&page->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
       publish_sm_share(page);
-      __atomic_store_n(&page->training_flags, g_job_local ? TANDEM_TRAINING_COLLECTIVES_HELD : 0u, __ATOMIC_RELAXED);
+      __atomic_store_n(&page->training_flags, g_job_local || g_job_grouped ? TANDEM_TRAINING_COLLECTIVES_HELD : 0u,
+                       __ATOMIC_RELAXED);
+      // Also those counted before the registration (the launch publishes the rest at once).
+      publish_collectives(page, g_collectives_launched.load(std::memory_order_relaxed));
       memory_pressure_tick(now);
       pool_tick();
       zico_progress_tick();

@@ -66,7 +66,9 @@ std::string stats_json(const char* role) {
       {"gate",
        {{"waits", gate_counters().waits.load()},
         {"wait_ns", gate_counters().wait_ns.load()},
-        {"fail_open", gate_counters().fail_open.load()}}},
+        {"fail_open", gate_counters().fail_open.load()},
+        {"collective_holds", gate_counters().collective_holds.load()},
+        {"collective_hold_ns", gate_counters().collective_hold_ns.load()}}},
       {"daemon", {{"links", gate_counters().daemon_links.load()}}},
   };
   PoolFigures f = pool_figures();

@@ -104,6 +104,10 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
   v.zico_starts = raw.zico_starts;
   v.zico_waiting = raw.zico_waiting ? 1 : 0;
   v.zico_wait_ns = b.counter(p.zico_wait_ns, raw.zico_wait_ns, B::kWorkNsPerPeriod, "zico_wait_ns");
+  // A job's ranks: a count too high only releases the job's held collectives (fail open).
+  v.collectives_launched =
+      b.counter(p.collectives_launched, raw.collectives_launched, B::kLaunchesPerPeriod, "collectives_launched");
+  v.collective_waiting = raw.collective_waiting;
 }
 
 }  // namespace tandem::scheduler

@@ -42,6 +42,11 @@ constexpr size_t kMaxPoolChunks = 65536;
 // place of one that no client refers to (its pool chunks are given up); if none, ENOSPC.
 constexpr size_t kMaxGpus = 64;
 
+// A node-local training job (job_hold.h): its name in a hello, and its ranks. A job is held
+// only while exactly that many of its user's ranks are registered, so one more cannot hold it.
+constexpr size_t kMaxJobName = 256;
+constexpr uint64_t kMaxJobRanks = 1024;
+
 // A message a client started must be finished within this long, else it is dropped.
 constexpr uint64_t kMessageTimeoutNs = 2000000000ull;
 // accept() failed for lack of descriptors and the reserve could not shed the connection:

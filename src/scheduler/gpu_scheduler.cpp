@@ -152,6 +152,10 @@ void GpuScheduler::tick(uint64_t now_ns) {
     slo_saturated_warned_ = slo_.controller().saturated();
     policy_.limit_inflight(slo_.gating() ? slo_.inflight_bound_ns() : UINT64_MAX);
   }
+  request_running_ = slo && training && slo_.gating() &&
+                     std::any_of(online_.begin(), online_.end(), [&](const OnlineClient& o) {
+                       return o.requests_open && now_ns < o.activity_ns + 4 * o.slo_ns;
+                     });
 
   // Without a training job there is nothing to protect: fillers run ungated (unless the slo
   // policy gates them above).

@@ -51,6 +51,9 @@ class GpuScheduler {
   const BubbleDetector& detector() const { return detector_; }
   uint32_t policy() const { return params_.policy; }
   const SloPolicy& slo() const { return slo_; }
+  // Policy slo gates training and an online request runs (as the clients' gates see it: a
+  // request open past 4x its target is a stuck client's). A job's collectives are held then.
+  bool request_running() const { return request_running_; }
   // Null unless TANDEM_ZICO is on.
   const ZicoPolicy* zico() const { return params_.zico ? &zico_ : nullptr; }
   uint64_t zico_budget_bytes() const;
@@ -104,6 +107,7 @@ class GpuScheduler {
   uint64_t collectives_ns_[kCollectives] = {};
   int collective_next_ = 0;
   uint64_t communicating_since_ns_ = 0;
+  bool request_running_ = false;
   bool collectives_held_ = false;   // every training client's collectives may be held (TANDEM_JOB_LOCAL)
   uint64_t slowest_request_ns_ = 0; // among the online clients, last tick
   uint64_t tightest_target_ns_ = 0;

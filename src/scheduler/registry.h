@@ -30,6 +30,8 @@ struct Client {
   bool closing = false;     // to be disconnected by the loop at the end of this turn
   std::string gpu;          // GPU UUID (hex) it runs on, when it has a role
   int slot = -1;            // its slot in that GPU's shared memory
+  std::string job;          // training: uid + the job its hello named (job_hold.h); empty: none
+  uint32_t job_ranks = 0;   // the job's ranks, all on this node, as its hello said
   uint64_t connected_ns = 0;
   FrameReader in;  // bytes received, cut into messages
   ReplyQueue out;  // replies not yet written

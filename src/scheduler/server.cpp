@@ -43,6 +43,15 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   std::string uuid = j.value("gpu", std::string());
   std::optional<uint64_t> total = uint_field(j, "gpu_total_bytes");
   if (!total) return reply_error(client, EINVAL, "gpu_total_bytes must be an unsigned integer");
+  // A training rank of a node-local job (job_hold.h): the job's name and its number of ranks.
+  std::optional<uint64_t> job_ranks = uint_field(j, "job_ranks");
+  const nlohmann::json* job = j.contains("job") ? &j["job"] : nullptr;
+  if (job && (role != "training" || !job->is_string() || job->get_ref<const std::string&>().empty() ||
+              job->get_ref<const std::string&>().size() > limits::kMaxJobName))
+    return reply_error(client, EINVAL, "job must be a training process's non-empty string of at most " +
+                                           std::to_string(limits::kMaxJobName) + " bytes");
+  if (!job_ranks || (job && (*job_ranks < 2 || *job_ranks > limits::kMaxJobRanks)))
+    return reply_error(client, EINVAL, "job_ranks must be an integer from 2 to " + std::to_string(limits::kMaxJobRanks));
   if (client.registered) return reply_error(client, EALREADY, "already registered");
   if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
   if (std::string why = options_.access.refusal(client.peer, role); !why.empty()) {
@@ -79,6 +88,11 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   client.registered = true;  // only now: a refused hello may be retried
   client.gpu = uuid;
   client.slot = slot;
+  if (job) {
+    // Only ranks of one user form a job: another user's process cannot hold (or release) it.
+    client.job = std::to_string(client.uid) + "/" + job->get<std::string>();
+    client.job_ranks = static_cast<uint32_t>(*job_ranks);
+  }
   // The GPU's size (for N% quotas and the admission check) comes from a client: the first
   // report is kept, except that one from a client trusted with a protected role replaces one
   // from a client that is not (a user let in only as a filler cannot skew others' quotas).
@@ -181,6 +195,7 @@ Server::Holdings Server::holdings() const {
 
 void Server::tick_all(uint64_t now_ns) {
   for (auto& [uuid, g] : gpus_) g->tick(now_ns);
+  hold_collectives();
   pool_tick(now_ns);
   tick_seconds_.observe(static_cast<double>(monotonic_ns() - now_ns) / 1e9);
 }
@@ -215,6 +230,8 @@ std::string Server::status_json() const {
       const ClientView& view = segment.view(static_cast<int>(i));
       const tandem_client_page& c = view.v;
       slots.push_back({{"slot", i}, {"pid", s.pid}, {"launches", c.launches}, {"nccl_launches", c.nccl_launches},
+                       {"collectives_launched", c.collectives_launched}, {"collective_waiting", c.collective_waiting},
+                       {"collectives_allowed", s.collectives_allowed},
                        {"tokens_ns", static_cast<int64_t>(s.token_limit_ns - c.tokens_taken_ns)},
                        {"granted_ns", s.granted_ns}, {"issued_ns", c.issued_ns},
                        {"completed_ns", c.completed_ns}, {"markers_pending", c.markers_recorded - c.markers_completed},
@@ -282,7 +299,8 @@ std::string Server::status_json() const {
                          {{"clients", held.clients}, {"gpus", held.gpus}, {"pool_chunks", held.pool_chunks},
                           {"passed_fds", held.passed_fds}, {"orphan_processes", held.orphan_processes},
                           {"reply_bytes", held.reply_bytes}}}}},
-                      {"clients", clients}};
+                      {"clients", clients},
+                      {"jobs", jobs_json()}};
   return j.dump();
 }
 

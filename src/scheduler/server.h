@@ -16,6 +16,7 @@
 #include "daemon_limits.h"
 #include "protocol.h"
 #include "gpu_scheduler.h"
+#include "job_hold.h"
 #include "memory_pool.h"
 #include "metrics_exposition.h"
 #include "metrics_http.h"
@@ -108,6 +109,10 @@ class Server {
   void give_back_to_training(const std::string& gpu);
   void set_quota(Client& client, uint64_t bytes);
   void pool_tick(uint64_t now_ns);
+  // Node-local training jobs (server_jobs.cpp): each tick, the same collective limit for all
+  // ranks of a job (job_hold.h).
+  void hold_collectives();
+  nlohmann::json jobs_json() const;
   nlohmann::json pool_status(const std::string& gpu) const;
   // Pooled bytes per (GPU, slot), from one pass over the clients (the status asks per slot).
   std::map<std::pair<std::string, int>, uint64_t> pool_bytes_by_slot() const;
@@ -155,6 +160,8 @@ class Server {
   DurationHistogram tick_seconds_{0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.1};
   uint64_t ticks_late_ = 0;  // ticks that began a whole period or more after they were due
   std::map<std::string, bool> gpu_total_trusted_;  // by GPU: its size came from a trusted client
+  std::map<std::string, JobHold> jobs_;  // node-local training jobs, by Client::job
+  std::vector<JobRank> job_ranks_;       // hold_collectives()'s scratch
 };
 
 uint64_t monotonic_ns();

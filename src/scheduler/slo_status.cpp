@@ -30,7 +30,7 @@ nlohmann::json slo_floor_status(const GpuScheduler& g, const SloPolicy& p) {
                       ms_text(f.total()) + ": a request's own " + ms_text(f.request_ns);
     if (f.collective_ns)
       why += " + training's collective of " + ms_text(f.collective_ns) +
-             ", never held back (its peers would stall; TANDEM_JOB_LOCAL=1 if all ranks are in the process)";
+             ", never held back (its peers would stall; TANDEM_JOB_LOCAL=1 if all ranks are on this node)";
     if (f.inflight_ns) why += " + training's work in flight at the lowest duty cycle, " + ms_text(f.inflight_ns);
     out["below_floor"] = true;
     out["below_floor_why"] = why;

@@ -1,5 +1,5 @@
 // NCCL's C API on the simulated GPUs: 2 (or RANKS) processes, one GPU each, one communicator.
-// Usage: simgpu_nccl CHECK [RANKS]   (CHECK: basic | late | bandwidth | straggler | shared | graph)
+// Usage: simgpu_nccl CHECK [RANKS]   (CHECK: basic | late | bandwidth | straggler | shared | graph | steps)
 //  basic:     ncclGetUniqueId / ncclCommInitRank, all_reduce, broadcast, a barrier-like
 //             1-element all_reduce, ncclCommDestroy; the communicator's rank and size.
 //  late:      rank 1 starts its all_reduce 200 ms after the others: theirs complete no earlier
@@ -12,12 +12,17 @@
 //             by nccl_e2e.py).
 //  graph:     an all_reduce captured in a CUDA graph, replayed 3 times with rank 1 100 ms late
 //             to each: the others' replays wait for it.
+//  steps:     data-parallel training for NCCL_STEPS_SECONDS (default 5): each step 20 x 1 ms of
+//             compute on the whole GPU, an all_reduce of about 6 ms at SIMGPU_LINK_GBPS, 4 ms of
+//             host work; each rank prints {"rank", "steps", "seconds", "steps_per_s"} (the slo
+//             policy's realistic workload, run by slo_ranks_e2e.py).
 //  shared:    another process keeps GPU 1 busy: rank 1's transfer runs at about half speed
 //             (time slices) and rank 0's all_reduce lasts as long (at least 1.5x alone).
 // The parent forks the ranks before any CUDA call and hands rank 0's unique id to the others
 // through a pipe. Every wait is bounded: a rank gives up after 60 s, the parent after 90 s.
 #include <nccl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +36,7 @@
 
 static int g_rank = -1;
 static int g_ranks = 2;  // one process per simulated GPU
+static int* g_stop_step = nullptr;  // steps: shared by the ranks (mapped before the fork)
 
 #define CUDA_OK(x)                                                                              \
   do {                                                                                          \
@@ -174,6 +180,32 @@ static void run_straggler(Rank& r, float* buf) {
   EXPECT(t >= 0.95);
 }
 
+// Data-parallel training steps until rank 0 has run NCCL_STEPS_SECONDS. Every rank must run
+// the same number of all_reduces: rank 0 names the last step in shared memory two steps
+// ahead, and no rank is more than one step from another (each all_reduce waits for all).
+static void run_steps(Rank& r, float* buf) {
+  const char* gbps_env = std::getenv("SIMGPU_LINK_GBPS");
+  const char* seconds_env = std::getenv("NCCL_STEPS_SECONDS");
+  const double gbps = gbps_env ? std::atof(gbps_env) : 63, run_s = seconds_env ? std::atof(seconds_env) : 5;
+  // An all_reduce moves 2(n-1)/n of its size over each rank's link.
+  const size_t bytes = static_cast<size_t>(6e-3 * gbps * 1e9 / (2.0 * (g_ranks - 1) / g_ranks)) & ~size_t{3};
+  EXPECT(bytes <= (256ull << 20));
+  barrier(r, buf);
+  double t0 = seconds();
+  int step = 0;
+  for (; step < __atomic_load_n(g_stop_step, __ATOMIC_ACQUIRE); ++step) {
+    if (g_rank == 0 && seconds() - t0 >= run_s && __atomic_load_n(g_stop_step, __ATOMIC_ACQUIRE) == 1 << 30)
+      __atomic_store_n(g_stop_step, step + 2, __ATOMIC_RELEASE);
+    for (int k = 0; k < 20; ++k) step_spin_kernel<<<132, 128, 0, r.stream>>>(1000000);
+    CUDA_OK(cudaGetLastError());
+    NCCL_OK(ncclAllReduce(buf, buf, bytes / sizeof(float), ncclFloat, ncclSum, r.comm, r.stream));
+    CUDA_OK(cudaStreamSynchronize(r.stream));
+    std::this_thread::sleep_for(std::chrono::milliseconds(4));  // data loading
+  }
+  double t = seconds() - t0;
+  std::printf("{\"rank\": %d, \"steps\": %d, \"seconds\": %.3f, \"steps_per_s\": %.3f}\n", g_rank, step, t, step / t);
+}
+
 // Another process runs 10 ms kernels on GPU 1 without pause (until killed, at most 60 s):
 // in time-slice mode rank 1's transfers get about half of GPU 1.
 static int run_hog() {
@@ -247,6 +279,7 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
   else if (check == "straggler") run_straggler(r, buf);
   else if (check == "shared") run_shared(r, buf);
   else if (check == "graph") run_graph(r, buf);
+  else if (check == "steps") run_steps(r, buf);
   else EXPECT(!"unknown check");
   NCCL_OK(ncclCommDestroy(r.comm));
   CUDA_OK(cudaFree(buf));
@@ -263,10 +296,14 @@ static int run_ranks(const pid_t* pids);
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3 || (argc == 3 && (std::atoi(argv[2]) < 2 || std::atoi(argv[2]) > 8))) {
-    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared|graph [RANKS: 2-8, default 2]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared|graph|steps [RANKS: 2-8, default 2]\n", argv[0]);
     return 2;
   }
   if (argc == 3) g_ranks = std::atoi(argv[2]);
+  void* shared = mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  EXPECT(shared != MAP_FAILED);
+  g_stop_step = static_cast<int*>(shared);
+  *g_stop_step = 1 << 30;
   int id_pipe[2];
   EXPECT(pipe(id_pipe) == 0);
   pid_t pids[8];

@@ -343,3 +343,43 @@ TEST_CASE("daemon: GPU state is freed with its last client; made-up GPUs past th
   close(c);
   close(d);
 }
+
+TEST_CASE("daemon: a training rank names its job in its hello; a malformed job is refused") {
+  std::string path = "/tmp/tandem-unit-job-" + std::to_string(getpid()) + ".sock";
+  test::RunningServer rs(options_with(path));
+  int a = connect_to(path);
+  uint32_t type = 0;
+  auto hello = [&](nlohmann::json extra, std::string role = "training") {
+    nlohmann::json j{{"role", role}, {"gpu", gpu_hex(7)}, {"gpu_total_bytes", 8ull << 30}};
+    j.update(extra);
+    return ask(a, MessageType::hello, j.dump(), &type);
+  };
+  for (const nlohmann::json& bad : {nlohmann::json{{"job", "j"}, {"job_ranks", 1}},
+                                    nlohmann::json{{"job", "j"}, {"job_ranks", 5000}},
+                                    nlohmann::json{{"job", "j"}, {"job_ranks", -2}},
+                                    nlohmann::json{{"job", 42}, {"job_ranks", 2}},
+                                    nlohmann::json{{"job", ""}, {"job_ranks", 2}},
+                                    nlohmann::json{{"job", std::string(300, 'x')}, {"job_ranks", 2}}}) {
+    auto reply = hello(bad);
+    CHECK(type == static_cast<uint32_t>(MessageType::error));
+    CHECK(reply["errno"] == EINVAL);
+  }
+  hello({{"job", "127.0.0.1:29500"}, {"job_ranks", 2}}, "inference");  // only training ranks form jobs
+  CHECK(type == static_cast<uint32_t>(MessageType::error));
+  hello({{"job", "127.0.0.1:29500"}, {"job_ranks", 2}});
+  REQUIRE(type == static_cast<uint32_t>(MessageType::hello_ok));
+  // After a tick: one of its two ranks, so nothing is held.
+  nlohmann::json jobs;
+  for (int i = 0; i < 200 && jobs.empty(); ++i) {
+    usleep(10000);
+    int s = connect_to(path);
+    jobs = ask(s, MessageType::status_request, "{}")["jobs"];
+    close(s);
+  }
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0]["job"] == std::to_string(getuid()) + "/127.0.0.1:29500");
+  CHECK(jobs[0]["ranks"] == 1);
+  CHECK(jobs[0]["expected_ranks"] == 2);
+  CHECK(jobs[0]["holding"] == false);
+  close(a);
+}
