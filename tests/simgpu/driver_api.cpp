@@ -459,6 +459,10 @@ void check_fork() {
 // other thread held and no work the parent queued may hold it up.
 void check_fork_busy() {
   use_primary_context();
+  // The kernel is loaded here, before any fork: a child forked while the busy thread ran
+  // spin()'s first call would wait forever on its static's initialization guard (the test's
+  // own lock, held by a thread the child does not have; seen under load, 1 child in ~30 runs).
+  spin();
   CUcontext ctx = nullptr;
   CK(cuCtxGetCurrent(&ctx));
   CUstream blocking;
