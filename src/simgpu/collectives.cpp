@@ -109,27 +109,38 @@ struct Layout {
 constexpr Layout kLayout228 = {{64, 96, 96 + 192, 0}, 56};
 constexpr Layout kLayout230 = {{64, 128, 128 + 192, 48}, 80};
 
+}  // namespace
+
 // The version of the NCCL loaded in this process (ncclGetVersion of the first libnccl found),
-// 0 when none is.
+// 0 when none is. Its path is found with dl_iterate_phdr and the library opened after that
+// returns: dl_iterate_phdr holds the loader's list lock, and a dlopen inside its callback waits
+// for the loader's main lock, which a thread in dlopen holds while it waits for the list lock
+// (a PyTorch rank hung so: its engine thread ran the first NCCL kernel while the main thread
+// loaded cuDNN). First called where an NCCL kernel's function is resolved (module.cpp), on the
+// application's thread, so that an engine thread never waits for the loader.
 int loaded_nccl_version() {
   static const int version = [] {
-    void* handle = nullptr;
+    std::string path;
     dl_iterate_phdr(
         [](dl_phdr_info* info, size_t, void* out) {
           if (!info->dlpi_name || !std::strstr(info->dlpi_name, "libnccl.so")) return 0;
-          *static_cast<void**>(out) = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
-          return *static_cast<void**>(out) ? 1 : 0;
+          *static_cast<std::string*>(out) = info->dlpi_name;
+          return 1;
         },
-        &handle);
+        &path);
+    void* handle = path.empty() ? nullptr : dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
     using GetVersion = int (*)(int*);
     auto get = handle ? reinterpret_cast<GetVersion>(dlsym(handle, "ncclGetVersion")) : nullptr;
     int v = 0;
     if (!get || get(&v) != 0) v = 0;
+    if (handle) dlclose(handle);  // RTLD_NOLOAD took a reference
     log(2, "NCCL %d in this process: reading its %s work layout", v, v >= 23000 ? "2.30" : "2.28");
     return v;
   }();
   return version;
 }
+
+namespace {
 
 enum class Kind { all_reduce, broadcast, reduce, all_gather, reduce_scatter, send_recv, other };
 

@@ -54,6 +54,9 @@ CUresult get_function(Module* m, const char* name, Function** out) {
     log(2, "kernel lookup: '%s' is not in the module's image", name);
     return CUDA_ERROR_NOT_FOUND;
   }
+  // NCCL's version is read here, on the application's thread, not where its first kernel
+  // runs: an engine thread must never wait for the dynamic loader (collectives.cpp).
+  if (is_nccl_name(name)) loaded_nccl_version();
   std::lock_guard<std::mutex> lock(m->m);
   for (auto& f : m->functions)
     if (f->name == name) {

@@ -240,6 +240,9 @@ uint64_t kernel_cost_ns(const KernelLaunch& k);
 // have started it), transfers its bytes over the link, and ends when all ranks' transfers
 // have; anything else costs what an ordinary kernel does.
 void run_nccl_kernel(const KernelLaunch& k, unsigned sms);
+// The version of the libnccl loaded in this process (0 when none is), which sets the layout
+// of its kernels' arguments; looked up once, on the first call.
+int loaded_nccl_version();
 // Freed device memory: communicators whose device side lived there are gone.
 void forget_communicators(CUdeviceptr base, size_t bytes);
 

@@ -1,5 +1,6 @@
 // NCCL's C API on the simulated GPUs: 2 (or RANKS) processes, one GPU each, one communicator.
-// Usage: simgpu_nccl CHECK [RANKS]   (CHECK: basic | late | bandwidth | straggler | shared | graph | steps)
+// Usage: simgpu_nccl CHECK [RANKS]
+//        (CHECK: basic | late | bandwidth | straggler | shared | graph | steps | loader)
 //  basic:     ncclGetUniqueId / ncclCommInitRank, all_reduce, broadcast, a barrier-like
 //             1-element all_reduce, ncclCommDestroy; the communicator's rank and size.
 //  late:      rank 1 starts its all_reduce 200 ms after the others: theirs complete no earlier
@@ -16,10 +17,15 @@
 //             compute on the whole GPU, an all_reduce of about 6 ms at SIMGPU_LINK_GBPS, 4 ms of
 //             host work; each rank prints {"rank", "steps", "seconds", "steps_per_s"} (the slo
 //             policy's realistic workload, run by slo_ranks_e2e.py).
+//  loader:    another thread of each rank loads and unloads a library (SIMGPU_TEST_DSO) in a
+//             loop while the ranks run their first collectives, as PyTorch loads cuDNN while
+//             its first all_reduce runs: the simulator's reading of NCCL (its version, for the
+//             work layout) must not deadlock with the dynamic loader.
 //  shared:    another process keeps GPU 1 busy: rank 1's transfer runs at about half speed
 //             (time slices) and rank 0's all_reduce lasts as long (at least 1.5x alone).
 // The parent forks the ranks before any CUDA call and hands rank 0's unique id to the others
 // through a pipe. Every wait is bounded: a rank gives up after 60 s, the parent after 90 s.
+#include <dlfcn.h>
 #include <nccl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -27,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -257,6 +264,26 @@ static void run_graph(Rank& r, float* buf) {
   CUDA_OK(cudaGraphDestroy(graph));
 }
 
+static void run_loader(Rank& r, float* buf) {
+  const char* dso = std::getenv("SIMGPU_TEST_DSO");
+  EXPECT(dso != nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<long> loads{0};
+  std::thread loader([&] {
+    while (!stop.load()) {
+      void* h = dlopen(dso, RTLD_NOW | RTLD_LOCAL);
+      EXPECT(h != nullptr);
+      EXPECT(dlclose(h) == 0);
+      loads.fetch_add(1);
+    }
+  });
+  while (loads.load() < 10) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  for (int i = 0; i < 20; ++i) barrier(r, buf);  // the first collectives, the loader still busy
+  stop.store(true);
+  loader.join();
+  std::printf("rank %d: 20 collectives beside %ld loads of %s\n", g_rank, loads.load(), dso);
+}
+
 static int run_rank(int rank, int id_fd, const std::string& check) {
   g_rank = rank;
   alarm(60);  // a hung rank fails the test instead of hanging it
@@ -280,6 +307,7 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
   else if (check == "shared") run_shared(r, buf);
   else if (check == "graph") run_graph(r, buf);
   else if (check == "steps") run_steps(r, buf);
+  else if (check == "loader") run_loader(r, buf);
   else EXPECT(!"unknown check");
   NCCL_OK(ncclCommDestroy(r.comm));
   CUDA_OK(cudaFree(buf));
@@ -296,7 +324,7 @@ static int run_ranks(const pid_t* pids);
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3 || (argc == 3 && (std::atoi(argv[2]) < 2 || std::atoi(argv[2]) > 8))) {
-    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared|graph|steps [RANKS: 2-8, default 2]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared|graph|steps|loader [RANKS: 2-8, default 2]\n", argv[0]);
     return 2;
   }
   if (argc == 3) g_ranks = std::atoi(argv[2]);
