@@ -14,10 +14,11 @@ filler on GPU 0 beside rank 0. Without the project's venv the test is skipped (e
   ddp-slo  the same ranks with TANDEM_JOB_LOCAL=1 and LOCAL_WORLD_SIZE=2 beside serve.py as online
        inference on GPU 0 under policy slo: tandemd groups the ranks into one job and holds
        their collectives while requests run; both ranks finish every step (none is stranded in
-       an all-reduce), count the same collectives, and never fail open. Run by hand, not by
-       ctest: in 2 of 13 runs (both beside other CPU load) rank 1 stopped before its third NCCL
-       kernel while not waiting at the hold (docs/slo.md); DDP_DIAG=SECONDS shortens the wait
-       for the ranks and saves a stranded rank's stacks (gdb) in /tmp/ddp_bt_PID.txt.
+       an all-reduce), count the same collectives, and never fail open.
+
+DDP_DIAG=SECONDS shortens the wait for the ranks and saves every running rank's stacks (gdb) in
+/tmp/ddp_bt_PID.txt before the test kills them (how the simulator's deadlock with the dynamic
+loader that stranded a rank in about one loaded run in ten was found: docs/simgpu.md).
 
 usage: torch_ddp_e2e.py BUILD_DIR ddp|ddp-slo
 """
@@ -51,13 +52,18 @@ def start(env, script, args, role, **settings):
                             text=True)
 
 
-def finish(p, timeout):
+def finish(p, timeout, peers=()):
+    """p's summary; past timeout p is killed (with DDP_DIAG, after saving its and its running peers' stacks:
+    a rank stranded in a collective waits for a peer, and the peer's stacks say why)."""
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         if os.environ.get("DDP_DIAG"):
-            subprocess.run(["gdb", "-batch", "-p", str(p.pid), "-ex", "thread apply all bt 25"],
-                           stdout=open(f"/tmp/ddp_bt_{p.pid}.txt", "w"), stderr=subprocess.STDOUT, timeout=120)
+            for q in [p, *peers]:
+                if q.poll() is None:
+                    subprocess.run(["gdb", "-batch", "-p", str(q.pid), "-ex", "thread apply all bt 40"],
+                                   stdout=open(f"/tmp/ddp_bt_{q.pid}.txt", "w"), stderr=subprocess.STDOUT,
+                                   timeout=120)
         p.kill()
         out, err = p.communicate()
         raise SystemExit(f"FAIL: {' '.join(p.args[1:3])} still ran {timeout} s after the others' deadline; "
@@ -95,7 +101,7 @@ def ddp(env):
             if st:
                 samples.append(st["gpus"])
             time.sleep(0.02)
-        results = [finish(p, timeout=30) for p in ranks]
+        results = [finish(p, timeout=30, peers=ranks) for p in ranks]
         served = finish(filler, timeout=60)
     finally:
         for p in [*ranks, filler]:
@@ -171,7 +177,7 @@ def ddp_slo(env):
             jobs += (st or {}).get("jobs") or []
             time.sleep(0.05)
         try:
-            results = [finish(p, timeout=30) for p in ranks]
+            results = [finish(p, timeout=30, peers=ranks) for p in ranks]
         except SystemExit:
             for g in (last or {}).get("gpus", []):
                 print("tandemd's last view of GPU", g["uuid"][:12], json.dumps(
