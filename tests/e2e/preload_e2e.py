@@ -9,7 +9,7 @@ runs there too (and carries the library, unused).
   twice      the same with LD_PRELOAD naming another copy of the library as well: two copies
              are mapped, one works, the program registers once
   torch      a PyTorch program (the project's .venv) is hooked the same way; skipped, saying
-             why, without the venv
+             why, without the venv or when torch does not import there
   untouched  programs that never use CUDA (/bin/true, a shell, Python without torch) run
              with libtandem mapped and TANDEM_LOG=debug, TANDEM_ROLE, TANDEM_STATS_FILE set,
              yet print nothing of tandem, start no thread, open no descriptor or socket, load
@@ -39,10 +39,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from e2e_util import Env, check, wait_for  # noqa: E402
+from torch_e2e import PYTHON as VENV_PYTHON, require_torch  # noqa: E402
 
 SKIP = 77
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VENV_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 INSIDE = "TANDEM_PRELOAD_E2E_INSIDE"
 
 # A torch program knowing nothing of tandem: matrix products until told to stop.
@@ -169,14 +168,16 @@ def twice_case(env):
 
 
 def torch_case(env):
-    if not os.path.exists(VENV_PYTHON):
-        print(f"SKIP: no PyTorch venv at {VENV_PYTHON} (scripts/setup-venv.sh)")
-        raise SystemExit(SKIP)
+    require_torch()
     stop = os.path.join(env.tmp, "stop")
     p = subprocess.Popen([VENV_PYTHON, "-c", TORCH_PROGRAM, stop], env=environment(env, TANDEM_ROLE="batch-inference"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        seen = wait_for(lambda: (slot_of(env, p.pid) or (None, 0))[1] > 0 and slot_of(env, p.pid), 240)
+        # Until it launches, or exits early (then its stderr says why).
+        seen = wait_for(lambda: p.poll() is not None or ((slot_of(env, p.pid) or (None, 0))[1] > 0
+                                                         and slot_of(env, p.pid)), 240)
+        if p.poll() is not None:
+            raise SystemExit(f"FAIL: the PyTorch program exited ({p.returncode}): {p.communicate()[1][-1500:]}")
         check(mapped(p.pid, "libtandem.so"), "the PyTorch program has libtandem.so mapped")
         check(bool(seen) and seen[0] == "batch-inference", f"tandemd sees it registered, launching: {seen}")
         open(stop, "w").close()
