@@ -84,4 +84,13 @@ CUresult hook_cuStreamDestroy_v2(CUstream s) noexcept {
   return g_real.cuStreamDestroy_v2(s);
 }
 
+// The unversioned symbol: programs built for CUDA 3.x, and cuGetProcAddress asked for a version
+// below 4000. Left unhooked, its stream would stay in the table: markers recorded on a dead
+// handle (or on a new stream the driver gave the same handle, missing the dead one's queued
+// work), and after kMaxTrackedStreams such streams the table full for good.
+CUresult hook_cuStreamDestroy(CUstream s) noexcept {
+  note_stream_destroyed(s);
+  return g_real.cuStreamDestroy(s);
+}
+
 }  // namespace tandem::hook

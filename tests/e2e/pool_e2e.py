@@ -13,12 +13,14 @@ data).
              free size, and the next owner reads zeros
   restart    tandemd killed and restarted: a running process's pooled memory is intact and it
              keeps allocating
+  churn      40 non-blocking streams created and destroyed with the pre-4.0 cuStreamDestroy:
+             the hook forgets them as with _v2, and a freed block still comes back by markers
   fastpath   a pooled allocation and free (64 KiB, 4 MiB) are never slower at the median than
              the driver's cuMemAlloc and cuMemFree in the same run (best of up to 3 rounds)
   wake       a training process whose progress thread ticks once a second gives its idle chunks
              back at once when tandemd lowers its quota (tandemd wakes it), three times over
 
-usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|pollution|crash|restart|wake|fastpath
+usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|markers|churn|pollution|crash|restart|wake|fastpath
 """
 import json
 import os
@@ -77,6 +79,20 @@ def case_markers(env, image):
     pool = stats[0]["memory"]["pool"] if stats else {}
     check("by markers" in out, "the freed block came back from its markers")
     check(pool.get("syncs") == 0, f"no device synchronization was taken ({pool.get('syncs')})")
+
+
+def case_churn(env, image):
+    """Streams destroyed through the pre-4.0 cuStreamDestroy are forgotten as with _v2: after 40
+    of them (more than the 32 the hook tracks) a freed block still comes back by its markers."""
+    p = probe(env, image, "churn", int(CHUNK[:-1]))
+    out = done(p)
+    print(out.strip())
+    stats = [json.load(open(os.path.join(env.tmp, f))) for f in os.listdir(env.tmp) if f.startswith("stats-")]
+    pool = stats[0]["memory"]["pool"] if stats else {}
+    rounds = out.strip().splitlines()
+    check(len(rounds) == 2 and "by markers" in rounds[1], "after the churn, the freed block came back from its markers")
+    check(pool.get("syncs", 99) <= 1, f"at most the one synchronization that sees the destroyed streams' work through "
+          f"({pool.get('syncs')})")
 
 
 def case_pollution(env, image):
@@ -179,7 +195,7 @@ def case_wake(env, image):
 def main():
     build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
     env = Env(build)
-    {"self": case_self, "markers": case_markers, "pollution": case_pollution, "crash": case_crash, "restart": case_restart,
+    {"self": case_self, "markers": case_markers, "churn": case_churn, "pollution": case_pollution, "crash": case_crash, "restart": case_restart,
      "wake": case_wake, "fastpath": case_fastpath}[case](env, image)
 
 
