@@ -25,7 +25,7 @@ void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, c
   active_ = false;
   for (const OnlineClient& c : online)
     if (c.requests_open > 0 || now_ns - c.activity_ns < p_.idle_ns) active_ = true;
-  gating_ = active_ && !(spatial_ && controller_.duty() >= 1.0);
+  gating_ = active_ && !(spatial_ && controller_.duty() >= kSpatialGateDuty);
   duty_sum_ += gating_ ? controller_.duty() : 1.0;  // ungated, training has the whole GPU it can get
   ++ticks_;
   if (best_effort.empty() || !gating_) return;

@@ -210,6 +210,43 @@ TEST_CASE("SloPolicy: a claimed SM split exempts training only while the target 
   CHECK(grants[0].tokens_ns < static_cast<int64_t>(kMs));
 }
 
+// Under an SM split the gate holds every training launch while a request is open: a period
+// just over the target (the requests' own tail) must not switch it on for a few percent of
+// duty cycle; a violation that lasts lowers the duty cycle on and gates training.
+TEST_CASE("SloPolicy: under an SM split a small cut leaves training ungated, a lasting violation gates it") {
+  SloParams p;
+  p.period_ns = kMs;
+  p.control_period_ns = 10 * kMs;
+  SloPolicy policy(p);
+  std::vector<FillerState> training{{3, 0, 0, true}};
+  std::vector<Grant> grants;
+  uint64_t t = 1000 * kMs;
+  OnlineClient online;
+  online.requests_open = 1;
+  online.slo_ns = 10 * kMs;
+  online.samples = 20;
+  online.latency_ns = 10500000;  // 1.05 x the target, every period
+  int first_gated_period = -1;
+  for (int k = 0; k <= 400 && first_gated_period < 0; ++k) {
+    online.activity_ns = t;
+    online.latency_seq = policy.control_seq();
+    policy.step(t, {online}, training, grants, true);
+    if (k == 10) {  // one control period: the duty cycle was cut, a little
+      CHECK(policy.duty() < 1.0);
+      CHECK(policy.duty() > 0.9);
+      CHECK_FALSE(policy.gating());
+      CHECK(grants.empty());
+    }
+    if (policy.gating()) first_gated_period = k / 10;
+    t += kMs;
+  }
+  INFO("duty " << policy.duty());
+  CHECK(first_gated_period > 1);
+  CHECK(first_gated_period <= 5);  // 1.05x costs 0.025 of duty cycle a period at the initial gain
+  CHECK(policy.duty() < 0.9);
+  CHECK_FALSE(grants.empty());  // on the duty cycle's tokens
+}
+
 TEST_CASE("Cost estimate: follows the process's own cost on a shared GPU, climbs out of an underestimate") {
   using tandem::hook::next_cost_estimate;
   // Half the spans lengthened 3x by others' work, half clean: the estimate stays near the truth.
