@@ -47,6 +47,12 @@ def probe(env, image, mode, mib, role=None, **settings):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def probe_pool_stats(env):
+    """The pool figures of the probe's stats file (one probe per test): {} when it wrote none."""
+    stats = [json.load(open(os.path.join(env.tmp, f))) for f in os.listdir(env.tmp) if f.startswith("stats-")]
+    return stats[0]["memory"]["pool"] if stats else {}
+
+
 def expect_line(p, word, seconds=10):
     line = p.stdout.readline()
     check(line.startswith(word), f"{p.args[1]} says {word!r} (got {line.strip()!r})")
@@ -75,8 +81,7 @@ def case_markers(env, image):
     p = probe(env, image, "nosync", int(CHUNK[:-1]))
     out = done(p)
     print(out.strip())
-    stats = [json.load(open(os.path.join(env.tmp, f))) for f in os.listdir(env.tmp) if f.startswith("stats-")]
-    pool = stats[0]["memory"]["pool"] if stats else {}
+    pool = probe_pool_stats(env)
     check("by markers" in out, "the freed block came back from its markers")
     check(pool.get("syncs") == 0, f"no device synchronization was taken ({pool.get('syncs')})")
 
@@ -87,8 +92,7 @@ def case_churn(env, image):
     p = probe(env, image, "churn", int(CHUNK[:-1]))
     out = done(p)
     print(out.strip())
-    stats = [json.load(open(os.path.join(env.tmp, f))) for f in os.listdir(env.tmp) if f.startswith("stats-")]
-    pool = stats[0]["memory"]["pool"] if stats else {}
+    pool = probe_pool_stats(env)
     rounds = out.strip().splitlines()
     check(len(rounds) == 2 and "by markers" in rounds[1], "after the churn, the freed block came back from its markers")
     check(pool.get("syncs", 99) <= 1, f"at most the one synchronization that sees the destroyed streams' work through "

@@ -25,6 +25,32 @@ double run(SloController& c, const Plant& p, int periods) {
   for (int k = 0; k < periods; ++k) c.update(p.latency(c.duty()));
   return c.duty();
 }
+
+// 1 ms ticks and a control period of 10: a few control periods in a few dozen steps.
+SloParams ten_tick_periods() {
+  SloParams p;
+  p.period_ns = kMs;
+  p.control_period_ns = 10 * kMs;
+  return p;
+}
+
+// One online client with a request open and a 10 ms target, beside one training client, under
+// an SM split (every training client's page says "part of the SMs").
+struct SplitGpu {
+  SloPolicy policy{ten_tick_periods()};
+  std::vector<FillerState> training{{3, 0, 0, true}};
+  std::vector<Grant> grants;
+  OnlineClient online;
+  explicit SplitGpu(uint32_t samples) {
+    online.requests_open = 1;
+    online.slo_ns = 10 * kMs;
+    online.samples = samples;
+  }
+  void step(uint64_t t) {
+    online.activity_ns = t;
+    policy.step(t, {online}, training, grants, true);
+  }
+};
 }  // namespace
 
 TEST_CASE("SloController: settles the latency at the target, zero steady-state error") {
@@ -146,10 +172,7 @@ TEST_CASE("SloPolicy: the balance reaches a whole period's grant even with a sma
 }
 
 TEST_CASE("SloPolicy: each control period uses only what was measured in it") {
-  SloParams p;
-  p.period_ns = kMs;
-  p.control_period_ns = 10 * kMs;
-  SloPolicy policy(p);
+  SloPolicy policy(ten_tick_periods());
   std::vector<Grant> grants;
   uint64_t t = 1000 * kMs;
   OnlineClient a, b;
@@ -177,74 +200,52 @@ TEST_CASE("SloPolicy: each control period uses only what was measured in it") {
 // inside them): a process that claims one it does not have runs ungated only while the
 // target holds, and is gated again from the first control period that misses it.
 TEST_CASE("SloPolicy: a claimed SM split exempts training only while the target holds") {
-  SloParams p;
-  p.period_ns = kMs;
-  p.control_period_ns = 10 * kMs;
-  SloPolicy policy(p);
-  std::vector<FillerState> training{{3, 0, 0, true}};
-  std::vector<Grant> grants;
+  SplitGpu gpu(40);
   uint64_t t = 1000 * kMs;
-  OnlineClient online;
-  online.requests_open = 1;
-  online.activity_ns = t;
-  online.slo_ns = 10 * kMs;
-  online.samples = 40;
-  const bool spatial = true;  // every training client's page says "part of the SMs"
-  policy.step(t, {online}, training, grants, spatial);
-  CHECK(policy.active());
-  CHECK_FALSE(policy.gating());  // duty 1 and a split: not held back
-  CHECK(grants.empty());
+  gpu.step(t);
+  CHECK(gpu.policy.active());
+  CHECK_FALSE(gpu.policy.gating());  // duty 1 and a split: not held back
+  CHECK(gpu.grants.empty());
   // The claim was false: requests take twice their target beside the ungated training.
-  online.latency_ns = 20 * kMs;
-  online.latency_seq = policy.control_seq();
+  gpu.online.latency_ns = 20 * kMs;
+  gpu.online.latency_seq = gpu.policy.control_seq();
   int gated_after = -1;
   for (int k = 1; k <= 10 && gated_after < 0; ++k) {
-    online.activity_ns = t + static_cast<uint64_t>(k) * kMs;
-    policy.step(t + static_cast<uint64_t>(k) * kMs, {online}, training, grants, spatial);
-    if (policy.gating()) gated_after = k;
+    gpu.step(t + static_cast<uint64_t>(k) * kMs);
+    if (gpu.policy.gating()) gated_after = k;
   }
-  INFO("duty " << policy.duty());
+  INFO("duty " << gpu.policy.duty());
   CHECK(gated_after == 10);  // the first control period's end
-  CHECK(policy.duty() < 1.0);
-  REQUIRE(grants.size() == 1);  // training runs on the duty cycle's tokens again
-  CHECK(grants[0].tokens_ns < static_cast<int64_t>(kMs));
+  CHECK(gpu.policy.duty() < 1.0);
+  REQUIRE(gpu.grants.size() == 1);  // training runs on the duty cycle's tokens again
+  CHECK(gpu.grants[0].tokens_ns < static_cast<int64_t>(kMs));
 }
 
 // Under an SM split the gate holds every training launch while a request is open: a period
 // just over the target (the requests' own tail) must not switch it on for a few percent of
 // duty cycle; a violation that lasts lowers the duty cycle on and gates training.
 TEST_CASE("SloPolicy: under an SM split a small cut leaves training ungated, a lasting violation gates it") {
-  SloParams p;
-  p.period_ns = kMs;
-  p.control_period_ns = 10 * kMs;
-  SloPolicy policy(p);
-  std::vector<FillerState> training{{3, 0, 0, true}};
-  std::vector<Grant> grants;
+  SplitGpu gpu(20);
+  gpu.online.latency_ns = 10500000;  // 1.05 x the target, every period
   uint64_t t = 1000 * kMs;
-  OnlineClient online;
-  online.requests_open = 1;
-  online.slo_ns = 10 * kMs;
-  online.samples = 20;
-  online.latency_ns = 10500000;  // 1.05 x the target, every period
   int first_gated_period = -1;
   for (int k = 0; k <= 400 && first_gated_period < 0; ++k) {
-    online.activity_ns = t;
-    online.latency_seq = policy.control_seq();
-    policy.step(t, {online}, training, grants, true);
+    gpu.online.latency_seq = gpu.policy.control_seq();
+    gpu.step(t);
     if (k == 10) {  // one control period: the duty cycle was cut, a little
-      CHECK(policy.duty() < 1.0);
-      CHECK(policy.duty() > 0.9);
-      CHECK_FALSE(policy.gating());
-      CHECK(grants.empty());
+      CHECK(gpu.policy.duty() < 1.0);
+      CHECK(gpu.policy.duty() > 0.9);
+      CHECK_FALSE(gpu.policy.gating());
+      CHECK(gpu.grants.empty());
     }
-    if (policy.gating()) first_gated_period = k / 10;
+    if (gpu.policy.gating()) first_gated_period = k / 10;
     t += kMs;
   }
-  INFO("duty " << policy.duty());
+  INFO("duty " << gpu.policy.duty());
   CHECK(first_gated_period > 1);
   CHECK(first_gated_period <= 5);  // 1.05x costs 0.025 of duty cycle a period at the initial gain
-  CHECK(policy.duty() < 0.9);
-  CHECK_FALSE(grants.empty());  // on the duty cycle's tokens
+  CHECK(gpu.policy.duty() < 0.9);
+  CHECK_FALSE(gpu.grants.empty());  // on the duty cycle's tokens
 }
 
 TEST_CASE("Cost estimate: follows the process's own cost on a shared GPU, climbs out of an underestimate") {
