@@ -34,8 +34,8 @@ int64_t balance(const tandem_slot* slot, const tandem_client_page* page) noexcep
 }  // namespace
 
 void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns) noexcept {
-  const uint64_t period_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
-  const uint64_t stale_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
+  const uint64_t period_ns = setting_ns(SettingId::TANDEM_SAMPLE_US);
+  const uint64_t stale_ns = setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
   const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
   uint64_t start = 0;
   for (;;) {

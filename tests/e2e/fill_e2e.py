@@ -22,6 +22,10 @@ usage: fill_e2e.py BUILD_DIR CASE
   service-time    an online request's latency includes a cold start (a model loaded before
                   it begins); the admission's estimate of what a bubble must hold is its
                   service time from admission, not that latency, so requests still fit bubbles
+  sample-overflow a gated filler whose own environment says TANDEM_SAMPLE_US=99999999999999999999
+                  (nanoseconds beyond 64 bits) warns once, keeps the default period, and fails
+                  open while tandemd is stopped: it finishes its run with tandemd never ticking
+                  again (a wrapped period once made it wait for ever)
 """
 import json
 import os
@@ -233,6 +237,35 @@ def daemon_stopped(env):
           f"no re-registration: links training {train['daemon']['links']}, filler {filler['daemon']['links']}")
 
 
+def sample_overflow(env):
+    d = env.daemon()
+    a = env.start("train-sim", "--seconds", "30", role="training")
+    b = env.start("infer-sim", "--seconds", "3", role="batch-inference", TANDEM_SAMPLE_US="99999999999999999999")
+    try:
+        def gated():
+            s = env.status()
+            slots = {x["pid"]: x for g in (s or {}).get("gpus", []) for x in g["slots"]}
+            return a.pid in slots and b.pid in slots and slots[b.pid]["gate"] == "tokens"
+        check(bool(wait_for(lambda: gated() or b.poll() is not None, 20)) and b.poll() is None,
+              "the filler registered and is gated beside training")
+        d.send_signal(signal.SIGSTOP)  # hung, not gone: no tick, no wake-up, the socket open
+        try:
+            out, err = b.communicate(timeout=40)  # its run is 3 s; it fails open after 100 ms
+        except subprocess.TimeoutExpired:
+            raise SystemExit("FAIL: the filler hung at its gate with tandemd stopped (40 s)")
+    finally:
+        d.send_signal(signal.SIGCONT)
+        a.kill()
+        d.terminate()
+        d.wait()
+    check(b.returncode == 0, f"the filler finished its run while tandemd was stopped ({b.returncode}) {err[-300:]}")
+    warnings = [l for l in err.splitlines() if "TANDEM_SAMPLE_US" in l]
+    check(len(warnings) == 1 and "'99999999999999999999'" in warnings[0] and "using '1000'" in warnings[0],
+          f"one warning naming the variable, the value and the default: {warnings}")
+    filler = stats_of(env, b.pid)
+    check(filler["gate"]["fail_open"] >= 1, f"it failed open on the stale heartbeat ({filler['gate']['fail_open']} times)")
+
+
 def communication(env):
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "3", role="training")
@@ -305,6 +338,7 @@ def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
     {"retention": retention, "daemon-killed": daemon_killed, "daemon-stopped": daemon_stopped,
+     "sample-overflow": sample_overflow,
      "daemon-restarted": daemon_restarted, "threads": threads,
      "communication": communication,
      "client-killed": client_killed, "service-time": service_time}[case](env)

@@ -20,11 +20,14 @@ usage: slo_e2e.py BUILD_DIR CASE
                Exclusive, training at least 0.3
   floor        a target below what the policy can reach: status says so and names training's
                collective; with TANDEM_JOB_LOCAL=1 the collective is held and leaves the floor
+  fractional   TANDEM_SLO_MS=23.24 is a target of 23.24 ms (not a warning and 100 ms): in the
+               process's row of `tandemctl status --json` and in the controller's history;
+               tandemd takes TANDEM_SLO_PERIOD_MS with a unit (0.1s) the same way
 """
 import sys
 import time
 
-from e2e_util import Env, check, finish
+from e2e_util import Env, check, finish, wait_for
 
 # Training: 100 kernels of 200 us (20 ms compute), a 0.5 ms collective, 11.5 ms of data
 # loading. The simulated GPU switches processes only between kernels, and tandem never holds a
@@ -227,11 +230,37 @@ def floor(env):
                   "with TANDEM_JOB_LOCAL=1 the collective is held and not in the floor")
 
 
+def fractional(env):
+    d = env.daemon("slo", TANDEM_SLO_PERIOD_MS="0.1s")
+    b = env.start("infer-sim", "--seconds", "4", "--rate", "50", *INFER, role="inference", TANDEM_SLO_MS="23.24")
+
+    def seen():
+        """tandemd's status once it has the process's target and a control period judged by it."""
+        s = env.status()
+        slots = [x for g in (s or {}).get("gpus", []) for x in g["slots"] if x["pid"] == b.pid]
+        history = [h for g in (s or {}).get("gpus", []) for h in ((g.get("slo") or {}).get("history") or [])]
+        return (slots, history) if slots and slots[0]["slo_ms"] and any(h["samples"] for h in history) else None
+
+    found = wait_for(lambda: seen() or (b.poll() is not None and "exited"), 20)
+    out, err = b.communicate(timeout=60)
+    d.terminate()
+    _, daemon_err = d.communicate(timeout=10)
+    check(isinstance(found, tuple), f"tandemd saw the inference process and judged a control period ({found}; {err[-300:]})")
+    slots, history = found
+    check("not valid" not in err and "not valid" not in daemon_err,
+          f"no setting refused: {(err + daemon_err).strip()[-300:]!r}")
+    check(slots[0]["slo_ms"] == 23.24, f"tandemctl status --json shows its target as 23.24 ms: {slots[0]['slo_ms']}")
+    targets = {h["target_ms"] for h in history if h["samples"]}
+    check(targets == {23.24}, f"the controller judged latency against 23.24 ms: {sorted(targets)}")
+    check(b.returncode == 0, f"infer-sim finished ({b.returncode})")
+
+
 def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
     {"latency": latency, "step": step, "transparent": transparent, "daemon-killed": daemon_killed,
-     "realistic-mps": realistic_mps, "realistic-timeslice": realistic_timeslice, "floor": floor}[case](env)
+     "realistic-mps": realistic_mps, "realistic-timeslice": realistic_timeslice, "floor": floor,
+     "fractional": fractional}[case](env)
     print(f"slo e2e {case}: ok")
 
 
