@@ -87,6 +87,27 @@ class Env:
                              capture_output=True, text=True, timeout=10)
         return json.loads(out.stdout) if out.returncode == 0 else None
 
+    def status_when(self, predicate, procs=(), seconds=20):
+        """tandemd's status once `predicate(status)` holds (polled); None when `seconds` pass or
+        one of `procs` exits first. Tests wait for a state this way instead of reading it at a
+        fixed instant, which a loaded machine reaches late."""
+        def poll():
+            s = self.status()
+            if s and predicate(s):
+                return s
+            return "exited" if any(p.poll() is not None for p in procs) else None
+        s = wait_for(poll, seconds)
+        return s if isinstance(s, dict) else None
+
+    def registered(self, *procs, seconds=20):
+        """tandemd's status once every one of `procs` has a GPU slot (status_when)."""
+        return self.status_when(lambda s: {p.pid for p in procs} <= set(slots_by_pid(s)), procs, seconds)
+
+
+def slots_by_pid(status):
+    """pid -> its GPU slot in a status document."""
+    return {x["pid"]: x for g in (status or {}).get("gpus", []) for x in g["slots"]}
+
 
 def finish(p, timeout=60):
     out, err = p.communicate(timeout=timeout)
