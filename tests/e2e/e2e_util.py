@@ -15,6 +15,17 @@ def last_json(text):
     return json.loads(lines[-1])
 
 
+def remove_segments(namespace):
+    """The simulated GPU's shared-memory segments of SIMGPU_SHM namespace `namespace`."""
+    prefix = namespace.lstrip("/")
+    for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
+        if name == prefix or name.startswith(prefix + "-"):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
+
+
 def preload(build):
     """LD_PRELOAD for libtandem.so. TANDEM_TEST_PRELOAD replaces it: scripts/sanitize.sh puts
     ASan's runtime first, then the normal build's library (docs/sanitizers.md)."""
@@ -38,13 +49,7 @@ class Env:
         atexit.register(self.kill_started)
 
     def remove_segments(self):
-        prefix = self.base["SIMGPU_SHM"].lstrip("/")
-        for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
-            if name == prefix or name.startswith(prefix + "-"):
-                try:
-                    os.unlink(os.path.join("/dev/shm", name))
-                except OSError:
-                    pass
+        remove_segments(self.base["SIMGPU_SHM"])
 
     def kill_started(self):
         for p in self.started:

@@ -6,6 +6,7 @@
 
 #include "duration.h"
 #include "settings.h"
+#include "settings_env.h"
 
 using namespace tandem;
 
@@ -22,16 +23,8 @@ uint64_t ns_of(const char* text, const DurationSpec& spec = kMs) {
 
 DurationError error_of(const char* text, const DurationSpec& spec = kMs) { return parse_duration(text, spec).error; }
 
-std::vector<std::string> g_warnings;
-void collect(const char* message) noexcept { g_warnings.emplace_back(message); }
-
-void load(std::vector<std::string> vars) {
-  std::vector<char*> env;
-  for (auto& v : vars) env.push_back(v.data());
-  env.push_back(nullptr);
-  g_warnings.clear();
-  load_settings(env.data(), collect);
-}
+auto& g_warnings = test::g_setting_warnings;
+void load(std::vector<std::string> vars) { test::load_env(std::move(vars)); }
 
 }  // namespace
 
