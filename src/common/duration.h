@@ -1,9 +1,10 @@
 // Durations as people write them, for every time setting (TANDEM_*_US, TANDEM_*_MS) and every
-// time flag of tandemd and tandemctl: a bare number in the setting's own unit, fractions
-// allowed ("23.24" for TANDEM_SLO_MS is 23.24 ms), or a number with a unit: ns, us (or µs), ms,
-// s ("5250us", "5.25ms", "0.00525s", "5250000ns"). The value is exact integer nanoseconds:
-// decimal digits are never rounded through floating point, and nothing can overflow (a value
-// beyond 2^64 ns is out of range, like any value beyond the setting's maximum).
+// time flag (tandemctl's --seconds and --interval; tandemd takes its times as settings): a
+// bare number in the setting's own unit, fractions allowed ("23.24" for TANDEM_SLO_MS is
+// 23.24 ms), or a number with a unit: ns, us (or µs), ms, s ("5250us", "5.25ms", "0.00525s",
+// "5250000ns"). The value is exact integer nanoseconds: decimal digits are never rounded
+// through floating point, and nothing can overflow (a value beyond 2^64 ns is out of range,
+// like any value beyond the setting's maximum).
 //
 // Header only, constexpr and allocation-free: the settings table's ranges are parsed at compile
 // time, libtandem parses values during its bootstrap, where nothing may allocate, and the
@@ -32,11 +33,11 @@ struct DurationSpec {
 enum class DurationError {
   none,
   empty,
-  malformed,      // not digits[.digits] followed by an optional unit
+  malformed,  // not digits[.digits] followed by an optional unit
   negative,
   unknown_unit,
   finer_than_resolution,  // e.g. "0.5ns", or "1.0005ms" where the step is 1 µs
-  out_of_range,   // below the minimum or above the maximum (2^64 ns at most)
+  out_of_range,           // below the minimum or above the maximum (2^64 ns at most)
 };
 
 struct DurationResult {
@@ -65,8 +66,8 @@ constexpr uint64_t unit_of(std::string_view suffix, uint64_t bare_unit_ns) {
 
 // Parses `text` (the whole of it) against `spec`.
 constexpr DurationResult parse_duration(std::string_view text, const DurationSpec& spec) noexcept {
-  using duration_detail::Wide;
   using duration_detail::is_digit;
+  using duration_detail::Wide;
   DurationResult r;
   if (text.empty()) return r.error = DurationError::empty, r;
   if (text[0] == '-') return r.error = DurationError::negative, r;
@@ -87,7 +88,8 @@ constexpr DurationResult parse_duration(std::string_view text, const DurationSpe
     // else is no duration at all ("1e3", "5 ms", "12%").
     bool letters = true;
     for (size_t k = i; k < text.size(); ++k)
-      letters = letters && ((text[k] >= 'a' && text[k] <= 'z') || (text[k] >= 'A' && text[k] <= 'Z'));
+      letters =
+          letters && ((text[k] >= 'a' && text[k] <= 'z') || (text[k] >= 'A' && text[k] <= 'Z'));
     return r.error = letters ? DurationError::unknown_unit : DurationError::malformed, r;
   }
   // The value. Leading zeros of the whole part and trailing zeros of the fraction say
@@ -99,7 +101,8 @@ constexpr DurationResult parse_duration(std::string_view text, const DurationSpe
   if (fraction_text.size() > 27) return r.error = DurationError::finer_than_resolution, r;
   Wide whole = 0, fraction = 0, scale = 1;
   for (char c : whole_text) whole = whole * 10 + static_cast<unsigned>(c - '0');
-  for (char c : fraction_text) fraction = fraction * 10 + static_cast<unsigned>(c - '0'), scale *= 10;
+  for (char c : fraction_text)
+    fraction = fraction * 10 + static_cast<unsigned>(c - '0'), scale *= 10;
   // Exact: whole * unit + fraction * unit / scale, the latter a whole number of nanoseconds
   // (both products stay below 10^37, within 128 bits).
   Wide fraction_scaled = fraction * unit;
@@ -107,7 +110,8 @@ constexpr DurationResult parse_duration(std::string_view text, const DurationSpe
   Wide ns = whole * unit + fraction_scaled / scale;
   if (ns > UINT64_MAX) return r.error = DurationError::out_of_range, r;
   r.ns = static_cast<uint64_t>(ns);
-  if (spec.resolution_ns > 1 && r.ns % spec.resolution_ns != 0) return r.error = DurationError::finer_than_resolution, r;
+  if (spec.resolution_ns > 1 && r.ns % spec.resolution_ns != 0)
+    return r.error = DurationError::finer_than_resolution, r;
   if (r.ns < spec.min_ns || r.ns > spec.max_ns) return r.error = DurationError::out_of_range, r;
   return r;
 }
@@ -115,7 +119,8 @@ constexpr DurationResult parse_duration(std::string_view text, const DurationSpe
 // A range as the settings table writes it in its Accepted column: "MIN to MAX", optionally
 // followed by ", steps of STEP" (each a duration, bare numbers in `unit_ns`). False when the
 // text is not of that form. Evaluated at compile time for every time setting.
-constexpr bool parse_duration_range(std::string_view text, uint64_t unit_ns, DurationSpec& spec) noexcept {
+constexpr bool parse_duration_range(std::string_view text, uint64_t unit_ns,
+                                    DurationSpec& spec) noexcept {
   constexpr std::string_view kTo = " to ", kSteps = ", steps of ";
   size_t to = text.find(kTo);
   if (to == std::string_view::npos) return false;
@@ -125,7 +130,8 @@ constexpr bool parse_duration_range(std::string_view text, uint64_t unit_ns, Dur
   size_t steps = rest.find(kSteps);
   DurationResult hi = parse_duration(rest.substr(0, steps), any);
   DurationResult step{1, DurationError::none};
-  if (steps != std::string_view::npos) step = parse_duration(rest.substr(steps + kSteps.size()), any);
+  if (steps != std::string_view::npos)
+    step = parse_duration(rest.substr(steps + kSteps.size()), any);
   if (!lo.ok() || !hi.ok() || !step.ok() || step.ns == 0 || lo.ns > hi.ns) return false;
   if (lo.ns % step.ns != 0 || hi.ns % step.ns != 0) return false;
   spec = DurationSpec{unit_ns, lo.ns, hi.ns, step.ns};
@@ -135,7 +141,9 @@ constexpr bool parse_duration_range(std::string_view text, uint64_t unit_ns, Dur
 // The unit of a bare number for a setting named NAME_NS, NAME_US, NAME_MS or NAME_S; 0 for
 // any other name.
 constexpr uint64_t unit_of_setting_name(std::string_view name) noexcept {
-  auto ends = [&](std::string_view s) { return name.size() > s.size() && name.substr(name.size() - s.size()) == s; };
+  auto ends = [&](std::string_view s) {
+    return name.size() > s.size() && name.substr(name.size() - s.size()) == s;
+  };
   if (ends("_NS")) return 1;
   if (ends("_US")) return kNsPerUs;
   if (ends("_MS")) return kNsPerMs;
@@ -146,13 +154,20 @@ constexpr uint64_t unit_of_setting_name(std::string_view name) noexcept {
 // Why a value was refused, in a few words ("finer than its resolution").
 constexpr const char* duration_error_text(DurationError error) noexcept {
   switch (error) {
-    case DurationError::none: return "valid";
-    case DurationError::empty: return "empty";
-    case DurationError::malformed: return "not a number with an optional unit";
-    case DurationError::negative: return "negative";
-    case DurationError::unknown_unit: return "unknown unit";
-    case DurationError::finer_than_resolution: return "finer than its resolution";
-    case DurationError::out_of_range: return "out of range";
+    case DurationError::none:
+      return "valid";
+    case DurationError::empty:
+      return "empty";
+    case DurationError::malformed:
+      return "not a number with an optional unit";
+    case DurationError::negative:
+      return "negative";
+    case DurationError::unknown_unit:
+      return "unknown unit";
+    case DurationError::finer_than_resolution:
+      return "finer than its resolution";
+    case DurationError::out_of_range:
+      return "out of range";
   }
   return "invalid";
 }

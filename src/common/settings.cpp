@@ -31,8 +31,10 @@ constexpr IntRange int_range(std::string_view accepted) {
   IntRange r;
   auto number = [&](size_t& i, long long& out) {
     size_t start = i;
-    for (out = 0; i < accepted.size() && accepted[i] >= '0' && accepted[i] <= '9' && i - start < 9; ++i)
+    for (out = 0; i < accepted.size() && accepted[i] >= '0' && accepted[i] <= '9'; ++i) {
+      if (i - start == 9) throw "an Int setting's range has numbers of at most 9 digits";
       out = out * 10 + (accepted[i] - '0');
+    }
     return i > start;
   };
   constexpr std::string_view kInteger = "integer ", kTo = " to ";

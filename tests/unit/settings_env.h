@@ -16,7 +16,8 @@ inline void load_env(std::vector<std::string> vars) {
   for (auto& v : vars) env.push_back(v.data());
   env.push_back(nullptr);
   g_setting_warnings.clear();
-  load_settings(env.data(), [](const char* message) noexcept { g_setting_warnings.emplace_back(message); });
+  load_settings(env.data(),
+                [](const char* message) noexcept { g_setting_warnings.emplace_back(message); });
 }
 
 }  // namespace tandem::test

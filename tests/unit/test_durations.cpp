@@ -21,7 +21,9 @@ uint64_t ns_of(const char* text, const DurationSpec& spec = kMs) {
   return r.ns;
 }
 
-DurationError error_of(const char* text, const DurationSpec& spec = kMs) { return parse_duration(text, spec).error; }
+DurationError error_of(const char* text, const DurationSpec& spec = kMs) {
+  return parse_duration(text, spec).error;
+}
 
 auto& g_warnings = test::g_setting_warnings;
 void load(std::vector<std::string> vars) { test::load_env(std::move(vars)); }
@@ -42,7 +44,8 @@ TEST_CASE("durations: a bare number is in the setting's unit, fractions included
 }
 
 TEST_CASE("durations: explicit units, all the same 5.25 ms") {
-  for (const char* text : {"5.25", "5250us", "5250\xc2\xb5s", "5.25ms", "0.00525s", "5250000ns", "5250000.000ns"}) {
+  for (const char* text :
+       {"5.25", "5250us", "5250\xc2\xb5s", "5.25ms", "0.00525s", "5250000ns", "5250000.000ns"}) {
     INFO(text);
     CHECK(ns_of(text) == 5250000);
   }
@@ -64,7 +67,8 @@ TEST_CASE("durations: what is not a duration") {
   CHECK(error_of("") == DurationError::empty);
   CHECK(error_of("-5") == DurationError::negative);
   CHECK(error_of("-0.5ms") == DurationError::negative);
-  for (const char* text : {"abc", "ms", ".", "5.", "1e3", "5 ms", " 5", "5 ", "+5", "0x10", "5.2.1", "12%", "5ms3"}) {
+  for (const char* text :
+       {"abc", "ms", ".", "5.", "1e3", "5 ms", " 5", "5 ", "+5", "0x10", "5.2.1", "12%", "5ms3"}) {
     INFO(text);
     CHECK(error_of(text) == DurationError::malformed);
   }
@@ -126,7 +130,8 @@ TEST_CASE("durations: every time setting has a unit, a range and a valid default
   for (size_t i = 0; i < n; ++i) {
     std::string name = table[i].name;
     INFO(name);
-    bool timed = name.size() > 3 && (name.substr(name.size() - 3) == "_US" || name.substr(name.size() - 3) == "_MS");
+    bool timed = name.size() > 3 &&
+                 (name.substr(name.size() - 3) == "_US" || name.substr(name.size() - 3) == "_MS");
     CHECK(timed == (table[i].kind == SettingKind::Duration));
     if (table[i].kind != SettingKind::Duration) continue;
     ++durations;
@@ -170,7 +175,8 @@ TEST_CASE("durations: defaults in nanoseconds when unset") {
 // progress thread spin. Both are refused with one warning naming the variable, the value and
 // the default used.
 TEST_CASE("durations: TANDEM_SAMPLE_US overflow and 0 are refused with one warning") {
-  for (const char* value : {"99999999999999999999", "0", "18446744073709551615", "-1", "1e9", "0.5ns", "50"}) {
+  for (const char* value :
+       {"99999999999999999999", "0", "18446744073709551615", "-1", "1e9", "0.5ns", "50"}) {
     INFO(value);
     load({std::string("TANDEM_SAMPLE_US=") + value});
     REQUIRE(g_warnings.size() == 1);
