@@ -40,7 +40,8 @@ class Env:
         self.base = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "simgpu"),
                          SIMGPU_SHM=f"/simgpu-e2e-{os.getpid()}", TANDEM_SOCKET=self.socket)
         # Whatever ends the test (a failed check, an exception in the harness), nothing it
-        # started outlives it: a daemon left running holds ctest's output open until the timeout.
+        # started outlives it (a daemon left running holds ctest's output open until the
+        # timeout), and its files go with it.
         self.started = []
         # The simulated GPU's shared segments are named after this harness's pid; one left by an
         # earlier process of the same pid may name an owner whose pid is alive again, and the
@@ -60,6 +61,7 @@ class Env:
                 except subprocess.TimeoutExpired:
                     pass
         self.remove_segments()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def popen(self, *args, **kwargs):
         """subprocess.Popen, killed at the test's exit if still running."""
