@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "duration.h"
 #include "example_util.h"
 #include "spin_kernels.cuh"
 
@@ -254,9 +255,13 @@ int main(int argc, char** argv) {
   unsigned long long elementwise = 0;
   double model_mb = 64, idle_ms = 30000;
   if (const char* t = std::getenv("TANDEM_MEM_IDLE_MS")) {
-    char* end = nullptr;
-    double v = std::strtod(t, &end);
-    if (end != t && !*end && v >= 0) idle_ms = v;
+    // As libtandem reads its time settings: milliseconds, fractions allowed, or with a unit;
+    // the range is the settings table's.
+    tandem::DurationSpec spec{tandem::kNsPerMs, 0, 86400 * tandem::kNsPerS, 1};
+    tandem::DurationResult d = tandem::parse_duration(t, spec);
+    if (d.ok()) idle_ms = static_cast<double>(d.ns) / 1e6;
+    else std::fprintf(stderr, "infer-sim: TANDEM_MEM_IDLE_MS='%s' is not valid (%s; accepted: 0 to 86400s); using 30000\n",
+                      t, tandem::duration_error_text(d.error));
   }
   RateTrace trace;
   int device = 0;

@@ -61,8 +61,8 @@ const tandem_slot* slot_after_first_link() noexcept {
 }
 
 void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns) noexcept {
-  const uint64_t period_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
-  const uint64_t stale_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
+  const uint64_t period_ns = setting_ns(SettingId::TANDEM_SAMPLE_US);
+  const uint64_t stale_ns = setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
   const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
   const int64_t need = pays_in_full() ? std::max<int64_t>(static_cast<int64_t>(cost_ns), 1) : 1;
   uint64_t start = 0;

@@ -120,7 +120,7 @@ void* progress_main(void*) {
   prctl(PR_SET_NAME, "tandem-progress", 0, 0, 0);
   // This thread's driver calls must never disturb an application's stream capture.
   CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
-  const uint64_t period = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
+  const uint64_t period = setting_ns(SettingId::TANDEM_SAMPLE_US);
   const uint64_t tick = period / 4 ? period / 4 : 1000;
   // Wait for the first launch to publish the application's context.
   CUcontext ctx = nullptr;
