@@ -51,8 +51,7 @@ void publish_want(tandem_client_page* page, uint64_t cost_ns) noexcept {
 }
 
 const tandem_slot* slot_after_first_link() noexcept {
-  const uint64_t deadline =
-      monotonic_ns() + static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
+  const uint64_t deadline = monotonic_ns() + setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
   while (g_link_attempts.load(std::memory_order_acquire) == 0 && monotonic_ns() < deadline) {
     timespec ts{0, 1000000};
     nanosleep(&ts, nullptr);
@@ -102,7 +101,8 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
       futex_wait(&page->progress_wake, progress, period_ns / 8);
       continue;
     }
-    futex_wait(&slot->wake, wake, 4 * period_ns);  // bounded: re-check the daemon's heartbeat
+    // Bounded: re-check the daemon's heartbeat, at least as often as it may go stale.
+    futex_wait(&slot->wake, wake, std::min(4 * period_ns, stale_ns));
   }
   if (start) {
     if (need > 1) __atomic_store_n(&page->gate_want_us, 0u, __ATOMIC_RELAXED);
