@@ -64,6 +64,7 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
   const uint64_t stale_ns = setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
   const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
   const int64_t need = pays_in_full() ? std::max<int64_t>(static_cast<int64_t>(cost_ns), 1) : 1;
+  const uint64_t fail_open_bound_ns = 4 * setting_ns(SettingId::TANDEM_MAX_INFLIGHT_US);
   uint64_t start = 0;
   for (;;) {
     uint32_t request_seq = shm ? __atomic_load_n(&shm->request_seq, __ATOMIC_ACQUIRE) : 0;
@@ -83,8 +84,15 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
       if (need > 1) publish_want(page, cost_ns);
     }
     if (!shm || now > __atomic_load_n(&shm->daemon_heartbeat_ns, __ATOMIC_ACQUIRE) + stale_ns) {
-      count(gate_counters().fail_open);  // the daemon is gone or hung: let the kernel run
-      break;
+      // The daemon is gone or hung: let the kernel run. A filler's own queue still stays under
+      // a bound it keeps without the daemon (its completions come from the GPU), so that a
+      // daemon descheduled for a moment on a busy node does not let a launcher that never
+      // synchronizes queue seconds of work in front of training.
+      if (!pays_in_full() || !queue_over(page, fail_open_bound_ns)) {
+        count(gate_counters().fail_open);
+        break;
+      }
+      full = true;
     }
     if (request_running) {
       futex_wait(&shm->request_seq, request_seq, period_ns);  // the request's end wakes it

@@ -21,12 +21,14 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
 
 // The process's launched-but-unfinished work has reached the bound tandemd set in its slot (0:
 // none). With the gate open it is a filler's bound while no training job is on the GPU.
-inline bool queue_full(const tandem_slot* slot, const tandem_client_page* page) noexcept {
-  uint64_t bound = __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_RELAXED);
+inline bool queue_over(const tandem_client_page* page, uint64_t bound) noexcept {
   if (!bound) return false;
   uint64_t issued = __atomic_load_n(&page->issued_ns, __ATOMIC_RELAXED);
   uint64_t completed = __atomic_load_n(&page->completed_ns, __ATOMIC_ACQUIRE);
   return issued > completed && issued - completed >= bound;
+}
+inline bool queue_full(const tandem_slot* slot, const tandem_client_page* page) noexcept {
+  return queue_over(page, __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_RELAXED));
 }
 
 // A filler's launches before its first registration attempt has ended wait for it (bounded by

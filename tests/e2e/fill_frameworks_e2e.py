@@ -24,6 +24,9 @@ usage: fill_frameworks_e2e.py BUILD_DIR CASE
              charged its learned GPU time and fills the bubbles (bubble use >= 0.5)
   flood      8 filler threads launching without synchronizing, one filler that takes all free
              memory, one killed mid-kernel: training keeps >= 0.95, tandemd answers, nothing hangs
+  daemon-stalled  tandemd stopped (SIGSTOP) for a second beside training and a filler that never
+             synchronizes: the filler fails open, but its queue stays bounded by its own
+             completions, so it ends on time and training is not left behind seconds of its work
 """
 import os
 import signal
@@ -213,11 +216,33 @@ def flood(env, rounds=3):
           "and a killed filler (best round)")
 
 
+def daemon_stalled(env):
+    alone_train = finish(env.start("train-sim", "--seconds", SECONDS, *TRAIN))
+    d = env.daemon()
+    t = env.start("train-sim", "--seconds", SECONDS, *TRAIN, role="training")
+    launching = float(SECONDS) - 2
+    f = env.start("infer-sim", "--seconds", str(launching), *FRAMEWORK, "--no-sync", role="batch-inference")
+    time.sleep(0.5)
+    d.send_signal(signal.SIGSTOP)
+    time.sleep(1.0)
+    d.send_signal(signal.SIGCONT)
+    kept = finish(t, timeout=60)["iters_per_s"] / alone_train["iters_per_s"]
+    filler = finish(f, timeout=120)
+    d.terminate()
+    d.wait()
+    drained = filler["elapsed_s"] - launching  # from its last launch until its queue had run
+    print(f"training {kept:.3f} of Exclusive; the filler issued {filler['requests']} requests in {launching:.0f} s "
+          f"and its queue ran {drained:.2f} s past that")
+    check(drained < 0.5, f"the filler's queue stayed bounded through the stall (drained {drained:.2f} s < 0.5 s after "
+          "its last launch)")
+    check(kept >= 0.8, f"training keeps {kept:.3f} >= 0.8 of Exclusive across the stall (a second of it unmanaged)")
+
+
 def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
     {"framework": framework, "fillers": fillers, "no-sync": no_sync, "long-kernel": long_kernel, "graphs": graphs,
-     "flood": flood}[case](env)
+     "flood": flood, "daemon-stalled": daemon_stalled}[case](env)
     print(f"fill frameworks e2e {case}: ok")
 
 
