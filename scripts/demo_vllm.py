@@ -12,7 +12,8 @@ slo (HARLI's setting): vLLM serving online requests (examples/vllm/llm_workload.
   no tandemd) and tandem, once with time slicing and once under MPS (SIMGPU_SHARING=mps on the
   simulated GPU; on a GPU run the MPS control daemon yourself): TTFT and TPOT p50/p99 against
   Exclusive's, finetuning throughput against its Exclusive. The TPOT target is
-  TANDEM_DEMO_TPOT_SLO_MS (default 25).
+  TANDEM_DEMO_TPOT_SLO_MS (default 25); each engine step gets TANDEM_DEMO_STEP_GPU_MS (default
+  0) of GPU work added, a real model's weight reads (llm_workload.py --gpu-ms).
 fill: vLLM as a batch filler (llm_workload.py batch: generate of a fixed batch, ignore_eos,
   TANDEM_ROLE=batch-inference) beside finetuning with data-loading pauses (bubbles),
   tandemd --policy fill: training retained and vLLM's tokens per second in the bubbles.
@@ -40,6 +41,7 @@ SIMULATED = {"VLLM_USE_V2_MODEL_RUNNER": "0"}  # docs/simgpu.md: the V2 runner's
 VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0",
             "VLLM_NO_USAGE_STATS": "1"}
 FINETUNE = ["--gpu-ms", "20", "--kernel-ms", "0.5", "--warmup-steps", "3"]
+STEP_GPU_MS = os.environ.get("TANDEM_DEMO_STEP_GPU_MS", "0")  # a decode step's weight reads (llm_workload --gpu-ms)
 TPOT_SLO_MS = int(os.environ.get("TANDEM_DEMO_TPOT_SLO_MS", "25"))  # above Exclusive's p99 TPOT (11-37 ms on a busy 2-core host)
 
 
@@ -120,7 +122,7 @@ def rate(records, w):
 
 def serving_rows(env, seconds, model, sharing):
     env.base["SIMGPU_SHARING"] = sharing
-    serve = ["serve", model, "--rate", "8", "--prompt", "32", "--max-tokens", "32", "--eager"]
+    serve = ["serve", model, "--rate", "8", "--prompt", "32", "--max-tokens", "32", "--eager", "--gpu-ms", STEP_GPU_MS]
     train, llm = start(env, FINETUNE, serve, "inference", TANDEM_SLO_MS=str(TPOT_SLO_MS))
     rows = four_windows(env, train, llm, "slo", seconds, "finetune alone", "Exclusive")
     ex_train = rate(train.between(*rows["finetune alone"]), rows["finetune alone"])
@@ -142,8 +144,8 @@ def serving_rows(env, seconds, model, sharing):
 def slo(env, seconds, out):
     model = os.path.join(out, "tiny-llama")
     tiny_model.write(model)
-    print(f"\nserving: vLLM online (Poisson, 8 requests/s, 32 + 32 tokens) beside LoRA finetuning; "
-          f"TANDEM_SLO_MS={TPOT_SLO_MS} on each engine step (the TPOT)")
+    print(f"\nserving: vLLM online (Poisson, 8 requests/s, 32 + 32 tokens, {STEP_GPU_MS} ms of GPU work a step) beside "
+          f"LoRA finetuning; TANDEM_SLO_MS={TPOT_SLO_MS} on each engine step (the TPOT)")
     print(f"{'configuration':<24}{'TTFT p50':>9}{'p99':>7}{'TPOT p50':>9}{'p99':>7}{'finetune':>10}{'requests':>10}")
     for sharing in ("timeslice", "mps"):
         rows, ex_ttft, ex_tpot, ex_train = serving_rows(env, seconds, model, sharing)

@@ -9,6 +9,12 @@ tiny_model.py (dummy weights, token-id prompts: nothing downloaded) or any local
   batch  offline filler: generate of a fixed batch (--batch prompts, --max-tokens each,
          ignore_eos) again and again; one JSON line per round with its tokens per second.
 
+--gpu-ms (serve) adds GPU time to each engine step as large element-wise kernels on vLLM's
+stream (examples/pytorch/gpu_time.py), queued before the step's own kernels: what a real
+model's decode step spends reading its weights (an 8B model: 16 GB at an H100's 3.35 TB/s,
+about 5 ms), which a small test model does not (on tandem's simulated GPU its step is mostly
+host time).
+
 Both end after --seconds with a summary line (p50/p99 of TTFT and TPOT, or tokens per second).
 --pause-file: nothing is started while the file exists (a harness's switch).
 --tandem-requests (serve): each request is reported to tandem through its client API
@@ -27,7 +33,11 @@ import ctypes
 import json
 import os
 import random
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pytorch"))
+from gpu_time import GpuTime  # noqa: E402
 
 
 def percentile(values, q):
@@ -52,7 +62,9 @@ def paused(path):
 
 
 def serve(args, llm, SamplingParams):
+    import torch
     engine = llm.llm_engine
+    gpu = GpuTime(torch, args.gpu_ms, args.kernel_ms)
     params = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, detokenize=False)
     api = tandem_requests() if args.tandem_requests else None
     rng = random.Random(args.seed)
@@ -74,6 +86,7 @@ def serve(args, llm, SamplingParams):
         if not open_requests:
             time.sleep(max(0.0, min(next_arrival - time.monotonic(), 0.01)))
             continue
+        gpu.launch()  # the step's weight reads (--gpu-ms), before its own kernels on the same stream
         for out in engine.step():
             r = open_requests.get(out.request_id)
             if r is None:
@@ -93,7 +106,7 @@ def serve(args, llm, SamplingParams):
                 if args.log_requests:
                     print(json.dumps(rec), flush=True)
     ttft, tpot = [r["ttft_ms"] for r in done], [r["tpot_ms"] for r in done]
-    return {"requests": len(done), "ttft_p50_ms": percentile(ttft, 0.5), "ttft_p99_ms": percentile(ttft, 0.99),
+    return {"requests": len(done), **gpu.describe(), "ttft_p50_ms": percentile(ttft, 0.5), "ttft_p99_ms": percentile(ttft, 0.99),
             "tpot_p50_ms": percentile(tpot, 0.5), "tpot_p99_ms": percentile(tpot, 0.99)}
 
 
@@ -126,6 +139,8 @@ def main():
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens (default 32)")
     parser.add_argument("--max-tokens", type=int, default=32, help="output tokens per request (default 32)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--gpu-ms", type=float, default=0.0, help="serve: GPU time added to each engine step (default 0)")
+    parser.add_argument("--kernel-ms", type=float, default=0.5, help="length of one of those kernels (default 0.5)")
     parser.add_argument("--eager", action="store_true", help="enforce_eager: no torch.compile, no CUDA graphs")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     parser.add_argument("--kv-cache-memory-bytes", type=int, default=None)
@@ -133,8 +148,10 @@ def main():
     parser.add_argument("--log-requests", action="store_true")
     parser.add_argument("--tandem-requests", action="store_true")
     args = parser.parse_args()
-    if args.seconds <= 0 or args.rate <= 0 or args.batch < 1 or args.prompt < 1 or args.max_tokens < 2:
-        parser.error("--seconds > 0, --rate > 0, --batch >= 1, --prompt >= 1, --max-tokens >= 2")
+    if (args.seconds <= 0 or args.rate <= 0 or args.batch < 1 or args.prompt < 1 or args.max_tokens < 2
+            or args.gpu_ms < 0 or args.kernel_ms <= 0):
+        parser.error("--seconds > 0, --rate > 0, --batch >= 1, --prompt >= 1, --max-tokens >= 2, --gpu-ms >= 0, "
+                     "--kernel-ms > 0")
     from vllm import LLM, SamplingParams
     llm = LLM(model=args.model, load_format="dummy", skip_tokenizer_init=True, max_model_len=1024, seed=0,
               enforce_eager=args.eager, gpu_memory_utilization=args.gpu_memory_utilization,
