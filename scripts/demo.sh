@@ -16,24 +16,28 @@
 # --workload pytorch: the same scenarios with real PyTorch programs (examples/pytorch/train.py
 #   and serve.py, from the project's venv) instead of train-sim and infer-sim
 #   (scripts/demo_pytorch.py).
+# --workload vllm: vLLM (from .venv-vllm/) serving online requests beside LoRA-style finetuning
+#   under policy slo, time slicing and MPS (scenario slo), and as a batch filler beside
+#   finetuning under policy fill (scenario fill) (scripts/demo_vllm.py, docs/llm-serving.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=5
 scenario=all
 workload=sim
-usage="usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|zico|all] [--workload sim|pytorch]"
+usage="usage: scripts/demo.sh [--seconds S] [--scenario fill|slo|memory|zico|all] [--workload sim|pytorch|vllm]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
     --scenario) scenario=${2:?--scenario needs fill, slo, memory, zico or all}; shift 2 ;;
-    --workload) workload=${2:?--workload needs sim or pytorch}; shift 2 ;;
+    --workload) workload=${2:?--workload needs sim, pytorch or vllm}; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case "$scenario" in fill|slo|memory|zico|all) ;; *) echo "demo: unknown scenario '$scenario' (fill, slo, memory, zico or all)" >&2; exit 2 ;; esac
-case "$workload" in sim|pytorch) ;; *) echo "demo: unknown workload '$workload' (sim or pytorch)" >&2; exit 2 ;; esac
+case "$workload" in sim|pytorch|vllm) ;; *) echo "demo: unknown workload '$workload' (sim, pytorch or vllm)" >&2; exit 2 ;; esac
 scripts/setup.sh >/dev/null
 if [ "$workload" = pytorch ]; then scripts/setup-venv.sh >/dev/null; fi
+if [ "$workload" = vllm ]; then scripts/setup-venv.sh --vllm >/dev/null; fi
 
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "demo: real GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
@@ -45,6 +49,10 @@ fi
 out=${TANDEM_DEMO_OUT:-$(mktemp -d /tmp/tandem-demo.XXXXXX)}
 mkdir -p "$out"
 if [ "$workload" = pytorch ]; then exec .venv/bin/python scripts/demo_pytorch.py build "$out" "$seconds" "$scenario"; fi
+if [ "$workload" = vllm ]; then
+  case "$scenario" in slo|fill|all) ;; *) echo "demo: --workload vllm has the scenarios slo and fill" >&2; exit 2 ;; esac
+  exec .venv-vllm/bin/python scripts/demo_vllm.py build "$out" "$seconds" "$scenario"
+fi
 if [ "$scenario" = slo ]; then exec scripts/demo_slo.sh "$out/slo" "$(awk "BEGIN{print $seconds * 2}")"; fi
 if [ "$scenario" = memory ]; then exec scripts/demo_memory.sh "$out/memory" "$(awk "BEGIN{print $seconds * 3}")"; fi
 if [ "$scenario" = zico ]; then exec scripts/demo_zico.sh "$out/zico" "$seconds"; fi

@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Creates the project-local virtual environment .venv/ with the pinned PyTorch of
-# tests/requirements-torch.txt (CUDA 13 wheels from PyPI: NVIDIA's runtime, cuBLAS, cuDNN,
-# NCCL), which the PyTorch tests run on the simulated GPU. Idempotent: when .venv/ already
-# holds exactly these pins it returns at once. The first install downloads about 3 GB (pip
-# keeps them in its cache, so a re-install is fast). Exit status 0 when the venv is ready.
-# Usage: scripts/setup-venv.sh [--quiet]
+# Creates a project-local virtual environment with pinned packages for the tests on the
+# simulated GPU:
+#   (default) .venv/       PyTorch of tests/requirements-torch.txt (CUDA 13 wheels from PyPI:
+#                          NVIDIA's runtime, cuBLAS, cuDNN, NCCL); the PyTorch tests. About 3 GB.
+#   --vllm    .venv-vllm/  vLLM of tests/requirements-vllm.txt, which pins its own torch, so it
+#                          cannot share .venv; the vLLM tests (docs/llm-serving.md). About 9.4 GB.
+# Idempotent: when the venv already holds exactly these pins it returns at once. The first
+# install downloads the wheels (pip keeps them in its cache, so a re-install is fast). Exit
+# status 0 when the venv is ready.
+# Usage: scripts/setup-venv.sh [--vllm] [--quiet]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 requirements=tests/requirements-torch.txt
 venv=.venv
+size="about 3 GB"
+check="import torch"
+quiet=
+for arg in "$@"; do
+  case "$arg" in
+    --vllm) requirements=tests/requirements-vllm.txt venv=.venv-vllm size="about 9.4 GB" check="import vllm" ;;
+    --quiet) quiet=1 ;;
+    *) echo "usage: scripts/setup-venv.sh [--vllm] [--quiet]" >&2; exit 2 ;;
+  esac
+done
 stamp=$venv/.tandem-requirements
-quiet=${1:-}
-say() { [ "$quiet" = --quiet ] || echo "setup-venv: $*"; }
+say() { [ -n "$quiet" ] || echo "setup-venv: $*"; }
 
 # Ready when the stamp is the requirements file we would install (byte for byte).
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s "$stamp" "$requirements"; then
@@ -30,11 +43,11 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 start=$(date +%s)
-say "installing $requirements (first time: about 3 GB of wheels)"
+say "installing $requirements (first time: $size of wheels)"
 if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements"; then
   echo "setup-venv: pip install -r $requirements failed" >&2
   exit 1
 fi
-"$venv/bin/python" -c "import torch" || { echo "setup-venv: torch does not import" >&2; exit 1; }
+"$venv/bin/python" -c "$check" || { echo "setup-venv: '$check' fails in $venv" >&2; exit 1; }
 cp "$requirements" "$stamp"
 say "ready after $(( $(date +%s) - start )) s ($(du -sh "$venv" | cut -f1))"

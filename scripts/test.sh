@@ -11,6 +11,11 @@ TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON ${TANDEM_CMAKE_ARGS:-}" TANDEM_EXTRA_PACKA
 # PyTorch for the e2e_torch_* tests (.venv/; fast when already there). If it cannot be created
 # those tests are skipped and say why; everything else still runs.
 scripts/setup-venv.sh || echo "test: the PyTorch venv could not be created; the PyTorch tests will be skipped" >&2
+# vLLM for the e2e_vllm_* tests (.venv-vllm/, 9.4 GB; its own torch). The same: skipped with a
+# reason when it cannot be created. TANDEM_TEST_VLLM=0 skips creating it.
+if [ "${TANDEM_TEST_VLLM:-1}" != 0 ]; then
+  scripts/setup-venv.sh --vllm || echo "test: the vLLM venv could not be created; the vLLM tests will be skipped" >&2
+fi
 # The simulated GPU's shared segments of earlier runs of this build (fixed names for
 # tests/simgpu, tagged with the build directory) and of killed tests (named after a pid no
 # longer running): one left by a killed process may name an owner whose pid is alive again, and

@@ -68,9 +68,18 @@ bool memory_view(uint64_t& free_bytes, uint64_t& total_bytes, uint64_t& used_byt
   free_bytes += idle;
   used_bytes -= std::min(used_bytes, idle);
   if (!quota) return true;
-  if (quota < total_bytes) total_bytes = quota;
-  uint64_t left = total_bytes > in_use ? total_bytes - in_use : 0;
-  if (left < free_bytes) free_bytes = left;
+  uint64_t left = std::min(quota, total_bytes);
+  left = left > in_use ? left - in_use : 0;
+  if (quota < total_bytes) {
+    // The quota is the process's GPU: its free memory moves only with its own allocations, never
+    // with other processes' (an LLM engine sizes its KV cache from it and asserts that it only
+    // fell while it profiled; a neighbour's free would break that, its allocation shrink the
+    // cache). Whether the device has it is tandemd's arbitration, and a failed allocation says so.
+    total_bytes = quota;
+    free_bytes = left;
+  } else if (left < free_bytes) {
+    free_bytes = left;  // a quota above the device: the device is the limit
+  }
   used_bytes = in_use;
   return true;
 }

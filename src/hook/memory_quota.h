@@ -13,8 +13,9 @@ uint64_t memory_quota() noexcept;
 
 // The device's memory as a process with a quota sees it, from the device's own figures:
 // total is the quota (when smaller than the device), free what is left of it (never below 0,
-// even when the daemon lowered the quota below the use, and never more than the device has
-// free); `used` becomes the process's own use. False, and nothing changed, without a quota.
+// even when the daemon lowered the quota below the use; not the device's free, which other
+// processes move); `used` becomes the process's own use. False, and nothing changed, without a
+// quota.
 // cuMemGetInfo and NVML's memory queries answer with it.
 // The process's own idle pooled chunks (held, no live block in them) count as free: the
 // device counts them as used, yet any allocation of this process gets them at once. False,

@@ -8,7 +8,7 @@
 #include <elf.h>
 
 #include <cstring>
-#include <regex>
+#include <string_view>
 #include <vector>
 
 #include "module_image.h"
@@ -107,22 +107,75 @@ void read_elf(const unsigned char* p, size_t size, ImageInfo& out) {
   }
 }
 
+// A module-scope variable's declaration at the start of `line`, as PTX writes it:
+// `[.visible|.extern] (.global|.const) [.align N] .<b|s|u|f><bits> name[[count]]`. Scanned by
+// hand: std::regex over the PTX of vLLM's and FlashInfer's libraries (megabytes each) cost a
+// vLLM start about 20 s of CPU.
+bool read_ptx_variable(std::string_view line, std::string& name, size_t& bytes) {
+  auto skip_space = [&] {
+    size_t n = line.find_first_not_of(" \t\r");
+    line.remove_prefix(n == std::string_view::npos ? line.size() : n);
+  };
+  auto word = [&](std::string_view w) {  // `w` then whitespace
+    if (line.substr(0, w.size()) != w || line.size() == w.size() || (line[w.size()] != ' ' && line[w.size()] != '\t'))
+      return false;
+    line.remove_prefix(w.size());
+    skip_space();
+    return true;
+  };
+  auto digits = [&](size_t& value) {
+    size_t n = 0;
+    value = 0;
+    while (n < line.size() && line[n] >= '0' && line[n] <= '9') value = value * 10 + size_t(line[n++] - '0');
+    line.remove_prefix(n);
+    return n > 0;
+  };
+  skip_space();
+  if (!word(".visible")) word(".extern");
+  if (!word(".global") && !word(".const")) return false;
+  if (word(".align")) {
+    size_t align;
+    if (!digits(align)) return false;
+    skip_space();
+  }
+  if (line.size() < 2 || line[0] != '.' || std::strchr("bsuf", line[1]) == nullptr || line[1] == '\0') return false;
+  line.remove_prefix(2);
+  size_t bits;
+  if (!digits(bits) || line.empty() || (line[0] != ' ' && line[0] != '\t')) return false;
+  skip_space();
+  auto ident = [](char c, bool first) {
+    return c == '_' || c == '$' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (!first && c >= '0' && c <= '9');
+  };
+  size_t n = 0;
+  while (n < line.size() && ident(line[n], n == 0)) ++n;
+  if (n == 0) return false;
+  name.assign(line.substr(0, n));
+  line.remove_prefix(n);
+  size_t count = 1;
+  if (!line.empty() && line[0] == '[') {
+    line.remove_prefix(1);
+    size_t c;
+    if (digits(c) && !line.empty() && line[0] == ']') count = c;
+  }
+  bytes = bits / 8 * count;
+  return true;
+}
+
 // `.entry name(` declarations, and module-scope `.global`/`.const` variables with their size.
 void read_ptx(const char* text, size_t size, ImageInfo& out) {
-  std::string s(text, strnlen(text, size));
+  std::string_view s(text, strnlen(text, size));
   for (size_t pos = s.find(".entry"); pos != std::string::npos; pos = s.find(".entry", pos + 6)) {
     size_t b = s.find_first_not_of(" \t", pos + 6);
     size_t e = s.find_first_of(" \t(\n", b);
-    if (b != std::string::npos && e != std::string::npos) out.kernels.insert(s.substr(b, e - b));
+    if (b != std::string::npos && e != std::string::npos) out.kernels.insert(std::string(s.substr(b, e - b)));
   }
-  static const std::regex var(R"(^\s*(?:\.visible\s+|\.extern\s+)?\.(?:global|const)\s+(?:\.align\s+\d+\s+)?\.[bsuf](\d+)\s+([A-Za-z_$][\w$]*)(?:\[(\d+)\])?)",
-                              std::regex::multiline);
-  for (auto it = std::sregex_iterator(s.begin(), s.end(), var); it != std::sregex_iterator(); ++it) {
-    GlobalVar g;
-    size_t bits = std::stoul((*it)[1].str());
-    size_t count = (*it)[3].matched ? std::stoul((*it)[3].str()) : 1;
-    g.size = bits / 8 * count;
-    if (g.size) out.globals[(*it)[2].str()] = g;
+  std::string name;
+  for (size_t start = 0; start < s.size();) {
+    size_t end = s.find('\n', start);
+    if (end == std::string_view::npos) end = s.size();
+    size_t bytes = 0;
+    if (read_ptx_variable(s.substr(start, end - start), name, bytes) && bytes) out.globals[name] = GlobalVar{bytes, {}};
+    start = end + 1;
   }
 }
 

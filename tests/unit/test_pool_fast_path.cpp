@@ -128,7 +128,7 @@ TEST_CASE("pool fast path: an allocation never waits for trimming in progress", 
   CHECK(pool.check(&why));
 }
 
-TEST_CASE("memory view: the process's own idle pooled chunks count as free", "[memory]") {
+TEST_CASE("memory view: the process's own idle pooled chunks count as free; under a quota only its own use moves free", "[memory]") {
   using tandem::hook::memory_view;
   constexpr uint64_t G = 1024 * kMiB;
   uint64_t free = 2 * G, total = 80 * G, used = 78 * G;
@@ -142,9 +142,18 @@ TEST_CASE("memory view: the process's own idle pooled chunks count as free", "[m
   free = 2 * G, total = 80 * G, used = 78 * G;
   REQUIRE(memory_view(free, total, used, 16 * G, 10 * G, 4 * G));
   CHECK((free == 6 * G && total == 16 * G && used == 10 * G));
+  // Under a quota free memory is what the quota leaves, whatever the device's free: it moves
+  // only with the process's own allocations (vLLM asserts that while it profiles).
   free = 2 * G, total = 80 * G, used = 78 * G;
   REQUIRE(memory_view(free, total, used, 16 * G, 10 * G, 0));
-  CHECK(free == 2 * G);
+  CHECK((free == 6 * G && total == 16 * G));
+  free = 70 * G;  // a neighbour freed 68 GiB: the same answer
+  REQUIRE(memory_view(free, total, used, 16 * G, 10 * G, 0));
+  CHECK(free == 6 * G);
+  // A quota above the device: the device is the limit, its free memory stands.
+  free = 2 * G, total = 80 * G, used = 78 * G;
+  REQUIRE(memory_view(free, total, used, 100 * G, 10 * G, 0));
+  CHECK((free == 2 * G && total == 80 * G && used == 10 * G));
   // Never more idle than the device counts as used.
   free = 79 * G, total = 80 * G, used = 1 * G;
   REQUIRE(memory_view(free, total, used, 0, 0, 4 * G));

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -366,3 +367,45 @@ NVML_API int nvmlSystemGetCudaDriverVersion_v2(int* version) {
   return kSuccess;
 }
 NVML_API int nvmlSystemGetCudaDriverVersion(int* version) { return nvmlSystemGetCudaDriverVersion_v2(version); }
+
+// ---- topology: which CPUs and NUMA nodes are near a GPU (vLLM binds its workers with it) ----
+// The simulated machine has one NUMA node, 0, holding every CPU it has configured: each GPU is
+// near all of them. Sets are bitmaps in unsigned longs, CPU or node i at bit i % 64 of word
+// i / 64 (nvml.h); the answer is cut to the words given, as NVML does.
+namespace {
+void fill_cpu_set(unsigned words, unsigned long* set) {
+  long cpus = sysconf(_SC_NPROCESSORS_CONF);
+  constexpr unsigned kBits = 8 * sizeof(unsigned long);
+  for (unsigned w = 0; w < words; ++w) {
+    set[w] = 0;
+    for (unsigned b = 0; b < kBits; ++b)
+      if (long(w * kBits + b) < cpus) set[w] |= 1ul << b;
+  }
+}
+}  // namespace
+
+NVML_API int nvmlDeviceGetNumaNodeId(void* device, unsigned* node) {
+  if (!as_device(device) || !node) return kInvalidArgument;
+  *node = 0;
+  return kSuccess;
+}
+
+// scope: 0 the NUMA node, 1 the socket (NVML_AFFINITY_SCOPE_NODE / _SOCKET): the same here.
+NVML_API int nvmlDeviceGetCpuAffinityWithinScope(void* device, unsigned words, unsigned long* set, unsigned scope) {
+  if (!as_device(device) || !set || words == 0 || scope > 1) return kInvalidArgument;
+  fill_cpu_set(words, set);
+  return kSuccess;
+}
+
+NVML_API int nvmlDeviceGetCpuAffinity(void* device, unsigned words, unsigned long* set) {
+  if (!as_device(device) || !set || words == 0) return kInvalidArgument;
+  fill_cpu_set(words, set);
+  return kSuccess;
+}
+
+NVML_API int nvmlDeviceGetMemoryAffinity(void* device, unsigned words, unsigned long* set, unsigned scope) {
+  if (!as_device(device) || !set || words == 0 || scope > 1) return kInvalidArgument;
+  for (unsigned w = 0; w < words; ++w) set[w] = 0;
+  set[0] = 1;  // node 0
+  return kSuccess;
+}
