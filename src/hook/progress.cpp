@@ -60,20 +60,23 @@ bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   Marker& m = g_ring[g_head % kMarkers];
   if (g_head - g_tail >= kMarkers) return false;  // the GPU is far behind: enough markers in flight
   if (!m.event && g_real.cuEventCreate(&m.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+  // The flag is cleared before the record, not after: a launch that sets it meanwhile (another
+  // thread, whose own marker was skipped because this one held the lock) keeps it set, so the
+  // next tick covers that launch. Cleared after, such a launch was never covered and its work
+  // looked in flight for good (a gated launch then waited until its gate opened).
+  std::atomic<bool>& pending = nccl ? g_notes.nccl_since_marker : g_notes.work_since_marker;
+  pending.store(false, std::memory_order_seq_cst);
   CUresult r = per_thread ? g_real.cuEventRecord_ptsz(m.event, s) : g_real.cuEventRecord(m.event, s);
-  if (r != CUDA_SUCCESS) return false;
+  if (r != CUDA_SUCCESS) {
+    pending.store(true, std::memory_order_relaxed);
+    return false;
+  }
   m.issued_ns = __atomic_load_n(&page->issued_ns, __ATOMIC_RELAXED);
   m.recorded_at = monotonic_ns();
   m.nccl = nccl;
   m.page = page;
   ++g_head;
-  if (nccl) {
-    __atomic_fetch_add(&page->nccl_markers_recorded, 1, __ATOMIC_RELEASE);
-    g_notes.nccl_since_marker.store(false, std::memory_order_relaxed);
-  } else {
-    __atomic_fetch_add(&page->markers_recorded, 1, __ATOMIC_RELEASE);
-    g_notes.work_since_marker.store(false, std::memory_order_relaxed);
-  }
+  __atomic_fetch_add(nccl ? &page->nccl_markers_recorded : &page->markers_recorded, 1, __ATOMIC_RELEASE);
   return true;
 }
 
