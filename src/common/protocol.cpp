@@ -1,4 +1,5 @@
 #include "protocol.h"
+#include "json_text.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -181,7 +182,7 @@ RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payl
 }
 
 std::string error_payload(int error_number, std::string_view message) {
-  return nlohmann::json{{"errno", error_number}, {"message", std::string(message)}}.dump();
+  return json_text(nlohmann::json{{"errno", error_number}, {"message", std::string(message)}});
 }
 
 }  // namespace tandem

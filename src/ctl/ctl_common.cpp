@@ -1,5 +1,6 @@
 // The exchange with tandemd and the usage text shared by tandemctl's commands.
 #include "ctl_common.h"
+#include "json_text.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -96,7 +97,7 @@ std::string container_text(const nlohmann::json& client) {
   return runtime + " " + id.substr(0, 12) + (pod.empty() ? "" : " pod " + pod);
 }
 
-void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump().c_str()); }
+void print_json(const nlohmann::json& j) { std::printf("%s\n", json_text(j).c_str()); }
 
 std::string mib(unsigned long long bytes) {
   char text[32];

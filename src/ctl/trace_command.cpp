@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ctl_common.h"
+#include "json_text.h"
 
 namespace tandem::ctl {
 namespace {
@@ -26,7 +27,7 @@ int trace_command(const std::string& socket_path, double seconds, const std::str
   timespec wait{static_cast<time_t>(seconds), static_cast<long>((seconds - static_cast<double>(static_cast<time_t>(seconds))) * 1e9)};
   nanosleep(&wait, nullptr);
   std::string reply = ask(socket_path, MessageType::trace_request,
-                          nlohmann::json{{"since_ns", since}}.dump(), MessageType::trace_reply);
+                          json_text(nlohmann::json{{"since_ns", since}}), MessageType::trace_reply);
   nlohmann::json j = nlohmann::json::parse(reply, nullptr, false);
   if (j.is_discarded()) {
     std::fprintf(stderr, "tandemctl: malformed trace reply\n");
@@ -43,7 +44,7 @@ int trace_command(const std::string& socket_path, double seconds, const std::str
     std::fprintf(stderr, "tandemctl: cannot write %s: %s\n", out.c_str(), std::strerror(errno));
     return 1;
   }
-  std::string text = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  std::string text = json_text(nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}});
   std::fwrite(text.data(), 1, text.size(), f);
   std::fclose(f);
   if (json)

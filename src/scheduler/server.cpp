@@ -20,6 +20,7 @@
 #include "log.h"
 #include "settings.h"
 #include "slo_status.h"
+#include "json_text.h"
 
 #ifndef TANDEM_VERSION_STRING
 #define TANDEM_VERSION_STRING "0.0.0"
@@ -61,7 +62,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   if (role == "none" || uuid.empty()) {
     client.role = role;
     client.registered = true;
-    return reply(client, MessageType::hello_ok, nlohmann::json{{"slot", -1}}.dump());
+    return reply(client, MessageType::hello_ok, json_text(nlohmann::json{{"slot", -1}}));
   }
   if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
     return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
@@ -109,7 +110,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   // their own sendmsg: sent directly, after every queued reply (checked above), on the
   // non-blocking socket; a client whose socket cannot take them is dropped.
   const int fds[2] = {g->segment().fd(), g->segment().page_fd(slot)};
-  return send_message_with_fds(client.fd, MessageType::hello_ok, ok.dump(), fds, 2);
+  return send_message_with_fds(client.fd, MessageType::hello_ok, json_text(ok), fds, 2);
 }
 
 bool Server::handle_trace(Client& client, const std::string& payload) {
@@ -118,7 +119,7 @@ bool Server::handle_trace(Client& client, const std::string& payload) {
   if (!since) return reply_error(client, EINVAL, "since_ns must be an unsigned integer");
   nlohmann::json gpus = nlohmann::json::object();
   for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(*since, uuid.substr(0, 8)));
-  return reply(client, MessageType::trace_reply, nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}.dump());
+  return reply(client, MessageType::trace_reply, json_text(nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}));
 }
 
 // Sets (or clears) a registered process's memory quota. Its library reads the slot at each
@@ -147,7 +148,7 @@ bool Server::handle_quota(Client& client, const std::string& payload) {
     futex_bump_and_wake(&shm->slots[c.slot].memory_wake);  // a lowered quota is answered at once
     TANDEM_LOG_INFO("memory quota of pid {} set to {} bytes by pid {}", pid, bytes, client.pid);
     return reply(client, MessageType::quota_reply,
-                        nlohmann::json{{"pid", pid}, {"bytes", bytes}, {"gpu", c.gpu}}.dump());
+                        json_text(nlohmann::json{{"pid", pid}, {"bytes", bytes}, {"gpu", c.gpu}}));
   }
   return reply_error(client, ESRCH, "pid " + std::to_string(pid) + " is not a registered client with a GPU");
 }
@@ -301,7 +302,7 @@ std::string Server::status_json() const {
                           {"reply_bytes", held.reply_bytes}}}}},
                       {"clients", clients},
                       {"jobs", jobs_json()}};
-  return j.dump();
+  return json_text(j);
 }
 
 }  // namespace tandem::scheduler

@@ -1,4 +1,5 @@
 #include "trace.h"
+#include "json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -37,7 +38,7 @@ std::string Trace::chrome_json(uint64_t since_ns, const std::string& gpu) const 
         break;
     }
   }
-  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  return json_text(nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}});
 }
 
 }  // namespace tandem::scheduler
