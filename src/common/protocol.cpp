@@ -1,5 +1,4 @@
 #include "protocol.h"
-#include "json_text.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,6 +9,8 @@
 #include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
+
+#include "json_text.h"
 
 namespace tandem {
 

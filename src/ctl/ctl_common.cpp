@@ -1,6 +1,5 @@
 // The exchange with tandemd and the usage text shared by tandemctl's commands.
 #include "ctl_common.h"
-#include "json_text.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -11,6 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <utility>
+
+#include "json_text.h"
+#include "terminal_text.h"
 
 namespace tandem::ctl {
 
@@ -70,7 +72,7 @@ bool try_ask(const std::string& socket_path, MessageType request, const std::str
 std::string ask(const std::string& socket_path, MessageType request, const std::string& body, MessageType reply_type) {
   std::string reply, why;
   if (!try_ask(socket_path, request, body, reply_type, 5000, reply, why)) {
-    std::fprintf(stderr, "tandemctl: %s\n", why.c_str());
+    std::fprintf(stderr, "tandemctl: %s\n", terminal_text(why).c_str());  // may quote the daemon's words
     std::exit(1);
   }
   return reply;

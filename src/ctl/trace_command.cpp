@@ -7,6 +7,7 @@
 
 #include "ctl_common.h"
 #include "json_text.h"
+#include "terminal_text.h"
 
 namespace tandem::ctl {
 namespace {
@@ -50,7 +51,7 @@ int trace_command(const std::string& socket_path, double seconds, const std::str
   if (json)
     print_json({{"out", out}, {"seconds", seconds}, {"since_ns", since}, {"events", events.size()}, {"gpus", per_gpu}});
   else
-    std::printf("tandemctl: %zu events in %s (open it in ui.perfetto.dev)\n", events.size(), out.c_str());
+    print_line("tandemctl: %zu events in %s (open it in ui.perfetto.dev)", events.size(), out.c_str());
   return 0;
 }
 

@@ -17,10 +17,10 @@
 #include "daemon_limits.h"
 #include "futex.h"
 #include "json_fields.h"
+#include "json_text.h"
 #include "log.h"
 #include "settings.h"
 #include "slo_status.h"
-#include "json_text.h"
 
 #ifndef TANDEM_VERSION_STRING
 #define TANDEM_VERSION_STRING "0.0.0"

@@ -9,10 +9,10 @@
 #include "daemon_limits.h"
 #include "futex.h"
 #include "json_fields.h"
+#include "json_text.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
-#include "json_text.h"
 
 namespace tandem::scheduler {
 

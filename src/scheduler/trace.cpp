@@ -1,7 +1,8 @@
 #include "trace.h"
-#include "json_text.h"
 
 #include <nlohmann/json.hpp>
+
+#include "json_text.h"
 
 namespace tandem::scheduler {
 
