@@ -68,6 +68,11 @@ int status_command(const std::string& socket_path, bool json) {
                  slo["active"].get<bool>() ? "active" : "idle", slo["duty"].get<double>(),
                  slo["inflight_bound_ms"].get<double>(), slo["gain_estimate"].get<double>(),
                  slo["saturated"].get<bool>() ? ", SATURATED: the target cannot be held by holding training back" : "");
+      if (slo.contains("request_holds") && (slo["request_holds"].value("stuck", 0ull) || slo["request_holds"].value("refused_ms", 0.0) > 0)) {
+        const auto& h = slo["request_holds"];
+        print_line("  requests holding training: %llu stuck ignored, %.0f ms refused to keep its floor (%.0f%% of every %.1f s)",
+                   h.value("stuck", 0ull), h.value("refused_ms", 0.0), 100 * h.value("floor", 0.0), h.value("window_s", 0.0));
+      }
       for (const auto& s : g["slots"])
         if (s["latency_samples"].get<unsigned>() > 0)
           print_line("  pid %d: latency %.2f ms over %u requests this period, target %.2f ms, %u open",

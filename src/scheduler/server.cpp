@@ -256,9 +256,13 @@ std::string Server::status_json() const {
       for (const ControlRecord& r : p.history())
         history.push_back({{"t_s", static_cast<double>(r.t_ns - started_ns_) / 1e9}, {"latency_ms", r.latency_ms},
                            {"target_ms", r.target_ms}, {"duty", r.duty}, {"samples", r.samples}, {"active", r.active}});
+      const RequestHolds& holds = g->request_holds();
       slo = {{"active", p.active()}, {"duty", p.duty()}, {"gain_estimate", p.controller().gain_estimate()},
              {"saturated", p.controller().saturated()}, {"inflight_bound_ms", static_cast<double>(p.inflight_bound_ns()) / 1e6},
-             {"control_periods", p.control_seq() - 1}, {"history", history}};
+             {"control_periods", p.control_seq() - 1}, {"history", history},
+             {"request_holds",  // who may hold training, for how long (request_holds.h, docs/security.md)
+              {{"floor", holds.params().floor}, {"window_s", static_cast<double>(holds.params().window_ns) / 1e9},
+               {"stuck", holds.stuck()}, {"refused_ms", static_cast<double>(holds.refused_ns()) / 1e6}}}};
       slo.update(slo_floor_status(*g, p));
     }
     nlohmann::json zico = nullptr;  // TANDEM_ZICO: each training job's curve and permits (docs/zico.md)

@@ -20,11 +20,18 @@ usage: slo_e2e.py BUILD_DIR CASE
                Exclusive, training at least 0.3
   floor        a target below what the policy can reach: status says so and names training's
                collective; with TANDEM_JOB_LOCAL=1 the collective is held and leaves the floor
+  hostile-holds  a hostile online inference client (the socket protocol and its own page, no
+               library) beside training: one request opened and never touched stops holding
+               training after 4x its target; one kept open for ever, refreshed, holds it at most
+               95% of each second (training makes launches every second; it made none)
 """
+import mmap
+import struct
 import sys
+import threading
 import time
 
-from e2e_util import Env, check, finish
+from e2e_util import Env, check, finish, wait_for
 
 # Training: 100 kernels of 200 us (20 ms compute), a 0.5 ms collective, 11.5 ms of data
 # loading. The simulated GPU switches processes only between kernels, and tandem never holds a
@@ -227,11 +234,69 @@ def floor(env):
                   "with TANDEM_JOB_LOCAL=1 the collective is held and not in the floor")
 
 
+def hostile_holds(env):
+    """docs/security.md: who may hold training, for how long."""
+    from hostile_daemon_e2e import HELLO, HELLO_OK, ask, connect
+    requests_open, activity = 176, 184  # tandem_client_page's requests_open (+ slo_us), request_activity_ns
+    d = env.daemon("slo")
+    a = env.start("train-sim", "--seconds", "12", "--kernel-us", "200", "--compute-kernels", "20", "--gap-us", "500",
+                  role="training")
+    st = wait_for(lambda: (lambda s: s if s and s["gpus"] and s["gpus"][0]["slots"] else None)(env.status()), 10)
+    check(bool(st), "training registered")
+
+    def launches():
+        s = env.status()
+        return sum(x["launches"] for g in s["gpus"] for x in g["slots"] if x["pid"] == a.pid)
+
+    def rate(seconds):
+        before = launches()
+        time.sleep(seconds)
+        return (launches() - before) / seconds
+
+    alone = rate(1.0)
+    s = connect(env.socket)
+    kind, reply, fds = ask(s, HELLO, {"role": "inference", "gpu": st["gpus"][0]["uuid"]})
+    check(kind == HELLO_OK, f"the hostile client registered as online inference ({reply})")
+    page = mmap.mmap(fds[1], 256, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    # One request, target 100 ms, opened and never ended nor touched.
+    struct.pack_into("<IIQ", page, requests_open, 1, 100000, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+    time.sleep(0.6)  # 4 x 100 ms, and idle_ms
+    stuck = rate(1.0)
+    # The same request, kept fresh for ever.
+    stop = threading.Event()
+
+    def refresh():
+        while not stop.is_set():
+            struct.pack_into("<Q", page, activity, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+            time.sleep(0.01)
+
+    t = threading.Thread(target=refresh, daemon=True)
+    t.start()
+    time.sleep(1.0)  # into a window that began with the request open
+    per_second = [rate(1.0) for _ in range(3)]
+    holds = env.status()["gpus"][0]["slo"]["request_holds"]
+    stop.set()
+    t.join()
+    s.close()
+    a.kill()
+    a.wait()
+    d.terminate()
+    d.wait()
+    print(f"training launches/s: alone {alone:.0f}, beside a stuck request {stuck:.0f}, beside one kept open "
+          f"{[round(r) for r in per_second]}; status {holds}")
+    check(stuck >= 0.5 * alone, f"a stuck request does not hold training ({stuck:.0f} >= 0.5 x {alone:.0f} launches/s)")
+    check(min(per_second) >= 0.01 * alone,
+          f"a request kept open for ever leaves training launching every second ({min(per_second):.0f} >= 0.01 x {alone:.0f})")
+    check(max(per_second) <= 0.5 * alone, "and still holds it most of the time (the floor, not an off switch)")
+    check(holds["stuck"] >= 1 and holds["refused_ms"] > 0, "status counts the stuck request and the refused hold")
+
+
 def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
     {"latency": latency, "step": step, "transparent": transparent, "daemon-killed": daemon_killed,
-     "realistic-mps": realistic_mps, "realistic-timeslice": realistic_timeslice, "floor": floor}[case](env)
+     "realistic-mps": realistic_mps, "realistic-timeslice": realistic_timeslice, "floor": floor,
+     "hostile-holds": hostile_holds}[case](env)
     print(f"slo e2e {case}: ok")
 
 
