@@ -235,10 +235,12 @@ uint64_t GpuScheduler::zico_budget_bytes() const {
 // iteration boundary start when its iteration fits beside the others' (zico_policy.h).
 void GpuScheduler::step_zico(tandem_shm_header* shm, uint64_t now_ns) {
   zico_samples_.clear();
+  // No process holds more than the GPU has: a claim past it is bounded there.
+  const uint64_t most = shm->gpu_total_bytes ? shm->gpu_total_bytes : UINT64_MAX;
   for (const FillerState& t : training_) {
     const tandem_slot& s = shm->slots[t.id];
     const ClientView& c = segment_.view(t.id);
-    zico_samples_.push_back({t.id, s.generation, c.v.bytes_in_use, c.v.zico_starts, c.v.zico_waiting != 0});
+    zico_samples_.push_back({t.id, s.generation, std::min(c.v.bytes_in_use, most), c.v.zico_starts, c.v.zico_waiting != 0});
   }
   // Without the GPU's size there is no budget: nobody is held.
   uint64_t budget = zico_budget_bytes();

@@ -274,8 +274,10 @@ std::string Server::status_json() const {
                         {"trough_bytes", j.trough_bytes}, {"peak_bytes", j.peak_bytes},
                         {"period_ms", static_cast<double>(j.period_ns) / 1e6},
                         {"active_ms", static_cast<double>(j.active_ns) / 1e6}, {"starts", j.grants},
-                        {"delayed_starts", j.shifted}, {"last_shift_ms", static_cast<double>(j.last_shift_ns) / 1e6}});
-      zico = {{"budget_bytes", g->zico_budget_bytes()}, {"jobs", jobs}};
+                        {"delayed_starts", j.shifted}, {"last_shift_ms", static_cast<double>(j.last_shift_ns) / 1e6},
+                        {"unpermitted_starts", j.unpermitted}, {"unruly", j.unruly}});
+      zico = {{"budget_bytes", g->zico_budget_bytes()}, {"jobs", jobs},
+              {"newcomers_held_ms", static_cast<double>(z->profile_hold_ns()) / 1e6}};
     }
     gpus.push_back({{"uuid", uuid},
                     {"zico", zico},
