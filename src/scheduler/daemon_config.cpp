@@ -15,13 +15,19 @@ namespace {
 
 bool all_digits(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
 
-// A numeric user or group id: 0 to 4294967294 ((uid_t)-1 means "no id" to the kernel). A larger
-// number must not wrap (4294967296 to 0 would name root).
-constexpr unsigned long long kMaxId = 4294967294ull;
-bool parse_id(const std::string& digits, unsigned long long& id) {
+// A user or group named by number: 0 to 4294967294 ((uid_t)-1 means "no id" to the kernel). A
+// larger number must not wrap (4294967296 to 0 would name root). `numeric`: `name` is a number
+// (else the caller looks the name up); false, with the reason, when it is out of range.
+template <typename Id>
+bool numeric_id(const std::string& name, const char* kind, Id& id, bool& numeric, std::string* why) {
+  constexpr unsigned long long kMaxId = 4294967294ull;
+  numeric = all_digits(name);
+  if (!numeric) return true;
   errno = 0;
-  id = std::strtoull(digits.c_str(), nullptr, 10);
-  return errno == 0 && id <= kMaxId;
+  unsigned long long value = std::strtoull(name.c_str(), nullptr, 10);
+  if (errno == 0 && value <= kMaxId) return id = static_cast<Id>(value), true;
+  if (why) *why = std::string(kind) + " id " + name + " is out of range (0 to " + std::to_string(kMaxId) + ")";
+  return false;
 }
 
 // A slot count: 0 (no cap) to the slots of a GPU. Read as a JSON unsigned integer, so that a
@@ -119,12 +125,9 @@ bool apply_key(const std::string& key, const nlohmann::json& v, DaemonConfig& c,
 }  // namespace
 
 bool resolve_user(const std::string& name, uid_t& uid, std::string* why) {
-  unsigned long long id = 0;
-  if (all_digits(name)) {
-    if (parse_id(name, id)) return uid = static_cast<uid_t>(id), true;
-    if (why) *why = "user id " + name + " is out of range (0 to " + std::to_string(kMaxId) + ")";
-    return false;
-  }
+  bool numeric = false;
+  bool ok = numeric_id(name, "user", uid, numeric, why);
+  if (numeric) return ok;
   passwd pw{}, *found = nullptr;
   char buffer[4096];
   if (getpwnam_r(name.c_str(), &pw, buffer, sizeof buffer, &found) != 0 || !found) {
@@ -136,12 +139,9 @@ bool resolve_user(const std::string& name, uid_t& uid, std::string* why) {
 }
 
 bool resolve_group(const std::string& name, gid_t& gid, std::string* why) {
-  unsigned long long id = 0;
-  if (all_digits(name)) {
-    if (parse_id(name, id)) return gid = static_cast<gid_t>(id), true;
-    if (why) *why = "group id " + name + " is out of range (0 to " + std::to_string(kMaxId) + ")";
-    return false;
-  }
+  bool numeric = false;
+  bool ok = numeric_id(name, "group", gid, numeric, why);
+  if (numeric) return ok;
   group gr{}, *found = nullptr;
   char buffer[16384];
   if (getgrnam_r(name.c_str(), &gr, buffer, sizeof buffer, &found) != 0 || !found) {
