@@ -119,7 +119,9 @@ struct tandem_client_page {
   uint32_t latency_samples;   /* requests it was computed from */
   uint32_t progress_wake;     /* futex word of the client's own threads: its progress thread wakes
                                  its gate when completions free room in the in-flight bound */
-  uint32_t reserved32;
+  uint32_t gate_want_us;      /* a launch waiting at the gate for tokens: its estimated GPU time in us
+                                 (0: none waits); tandemd grants a launch too long for the filler's
+                                 in-flight share whole, when the bubble can hold it */
   uint32_t sm_count;          /* SMs its context may use (MPS execution affinity); 0: not reported */
   uint32_t device_sms;        /* SMs of its GPU; sm_count < device_sms: spatially limited */
   uint32_t training_flags;    /* TANDEM_TRAINING_* */

@@ -85,6 +85,7 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
   v.latency_ns = b.at_most(raw.latency_ns, B::kMaxDurationNs, "latency_ns");
   v.requests_open = b.at_most(raw.requests_open, B::kMaxRequestsOpen, "requests_open");
   v.slo_us = b.at_most(raw.slo_us, B::kMaxSloUs, "slo_us");
+  v.gate_want_us = b.at_most(raw.gate_want_us, static_cast<uint32_t>(B::kMaxDurationNs / 1000), "gate_want_us");
   v.device_sms = b.at_most(raw.device_sms, B::kMaxSms, "device_sms");
   v.sm_count = b.at_most(raw.sm_count, v.device_sms, "sm_count");
   v.training_flags = raw.training_flags & TANDEM_TRAINING_COLLECTIVES_HELD;  // unknown bits mean nothing

@@ -80,21 +80,22 @@ int main(int argc, char** argv) {
   tandem::scheduler::DaemonConfig config;
   tandem::scheduler::ServerOptions& options = config.server;
   options.socket_path = tandem::setting_text(SettingId::TANDEM_SOCKET);
-  auto us = [](SettingId id) { return static_cast<uint64_t>(tandem::setting_int(id)) * 1000; };
+  // Time settings arrive in nanoseconds, range-checked (settings_table.def): no scaling here.
+  auto ns = [](SettingId id) { return tandem::setting_ns(id); };
   tandem::scheduler::SchedulerParams& sp = options.scheduler;
-  sp.period_ns = us(SettingId::TANDEM_SAMPLE_US) ? us(SettingId::TANDEM_SAMPLE_US) : 1000000;
+  sp.period_ns = ns(SettingId::TANDEM_SAMPLE_US);
   sp.quiet_samples = static_cast<int>(tandem::setting_int(SettingId::TANDEM_BUBBLE_SAMPLES));
   sp.fill.period_ns = sp.period_ns;
-  sp.fill.conservative_ns = us(SettingId::TANDEM_FILL_CONSERVATIVE_US);
-  sp.fill.stable_after_ns = us(SettingId::TANDEM_FILL_STABLE_US);
-  sp.fill.max_inflight_ns = us(SettingId::TANDEM_MAX_INFLIGHT_US);
+  sp.fill.conservative_ns = ns(SettingId::TANDEM_FILL_CONSERVATIVE_US);
+  sp.fill.stable_after_ns = ns(SettingId::TANDEM_FILL_STABLE_US);
+  sp.fill.max_inflight_ns = ns(SettingId::TANDEM_MAX_INFLIGHT_US);
   sp.fill.fill_during_comm = setting_bool(SettingId::TANDEM_FILL_COMM);
   sp.slo.predict = setting_bool(SettingId::TANDEM_SLO_PREDICT);
   sp.slo.period_ns = sp.period_ns;
-  sp.slo.control_period_ns = us(SettingId::TANDEM_SLO_PERIOD_MS) * 1000;
+  sp.slo.control_period_ns = ns(SettingId::TANDEM_SLO_PERIOD_MS);
   if (sp.slo.control_period_ns < 10 * sp.period_ns) sp.slo.control_period_ns = 10 * sp.period_ns;
-  sp.slo.window_ns = us(SettingId::TANDEM_SLO_WINDOW_US);
-  sp.slo.idle_ns = us(SettingId::TANDEM_SLO_IDLE_MS) * 1000;
+  sp.slo.window_ns = ns(SettingId::TANDEM_SLO_WINDOW_US);
+  sp.slo.idle_ns = ns(SettingId::TANDEM_SLO_IDLE_MS);
   sp.zico = setting_bool(SettingId::TANDEM_ZICO);
   tandem::MemorySize zico_budget;
   if (tandem::parse_memory_size(tandem::setting_text(SettingId::TANDEM_ZICO_BUDGET), zico_budget) && !zico_budget.empty) {
