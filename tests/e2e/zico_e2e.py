@@ -33,7 +33,7 @@ OUT_OF_MEMORY = 3  # train-sim's exit status when an activation cannot be alloca
 
 
 def two_jobs(env, beside=None, shared=True, **daemon_settings):
-    """Runs the two jobs beside tandemd (and `beside(env)`, once the first registered); their exit
+    """Runs the two jobs beside tandemd (and `beside(env, status)`, once the first registered); their exit
     statuses and last JSON lines, and the status tandemd showed while both ran. `shared`: the
     GPU's memory is one budget for both (else each process has its own)."""
     env.base.update(GPU if shared else {"SIMGPU_MEM_BYTES": GPU["SIMGPU_MEM_BYTES"]})
@@ -41,7 +41,7 @@ def two_jobs(env, beside=None, shared=True, **daemon_settings):
     jobs = [env.start("train-sim", "--seconds", str(SECONDS), *JOB, role="training", TANDEM_MEM_POOL="1")]
     time.sleep(1.0)
     if beside:
-        beside(env)
+        beside(env, env.registered(jobs[0]))
     jobs.append(env.start("train-sim", "--seconds", str(SECONDS), *JOB, role="training", TANDEM_MEM_POOL="1"))
     time.sleep(SECONDS - 1.0)
     status = env.status()
@@ -84,8 +84,8 @@ def zico(env):
 
 def fake_job(stop):
     """A training client that claims 1 PiB in use and registers anew every 0.4 s."""
-    def run(env):
-        uuid = env.status()["gpus"][0]["uuid"]
+    def run(env, status):
+        uuid = status["gpus"][0]["uuid"]
 
         def loop():
             while not stop.is_set():
