@@ -122,7 +122,10 @@ bool MetricsHttp::open(const std::string& host_port, std::string& error) {
 void MetricsHttp::add_poll_fds(std::vector<pollfd>& fds, uint64_t now_ns) const {
   if (listen_fd_ < 0) return;
   fds.push_back({now_ns >= accept_paused_until_ns_ ? listen_fd_ : -1, POLLIN, 0});
-  for (const Connection& c : connections_) fds.push_back({c.fd, static_cast<short>(c.responding ? POLLOUT : POLLIN), 0});
+  // A connection waiting for its page is not read: what it sends after its request (more
+  // requests, junk) would wake the loop on every turn until then.
+  for (const Connection& c : connections_)
+    fds.push_back({c.fd, static_cast<short>(c.waiting ? 0 : c.responding ? POLLOUT : POLLIN), 0});
 }
 
 void MetricsHttp::serve(const pollfd* fds, size_t count, uint64_t now_ns, const Render& render) {
@@ -134,10 +137,7 @@ void MetricsHttp::serve(const pollfd* fds, size_t count, uint64_t now_ns, const 
     if (c.responding) {
       if (!write_response(c)) close_connection(c);
     } else if (c.waiting) {
-      // Its request is in; anything more from it is its hang-up (or junk): nothing to answer.
-      char byte;
-      ssize_t n = recv(c.fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) close_connection(c);
+      close_connection(c);  // polled for nothing: an error or a hang-up
     } else {
       read_request(c, now_ns, render);
     }

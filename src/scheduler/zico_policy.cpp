@@ -154,7 +154,7 @@ void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, u
       for (const auto& [k, other] : jobs_)
         if (k != slot && !other.curve.learned() && holds_others(other) && other.curve.in_iteration()) others_between = false;
       if (others_between) {
-          j.profile_granted_ns = now_ns;
+        j.profile_granted_ns = now_ns;
         profile_running = true;
         grant(slot, j);
       }

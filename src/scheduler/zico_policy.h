@@ -16,10 +16,11 @@
 // it has shown: a learned curve whose iterations start under permits (a job that starts most
 // of its iterations without one, kUnruly of them or more, does not wait as the others do), or a
 // newcomer's profiling once it waited for it, all newcomers of the GPU together for at most
-// kProfileHoldNs in every kProfileWindowNs (re-registering does not renew it). Any other job is taken as a constant use
-// at its peak: the others are predicted beside it, never wait for it, and when their
-// iteration cannot fit beside such constants at all (a job claiming the whole GPU) they start
-// at once, as holding them could not help. tandemd bounds each claim by the GPU's size.
+// kProfileHoldNs in every kProfileWindowNs (re-registering does not renew it). Any other job is
+// a constant use at its peak: the others are predicted beside it but never wait for it, and
+// when an iteration cannot fit beside such constants at all (a job claiming the whole GPU),
+// waiting could not help: they are left out of its prediction, and it is shifted against the
+// jobs it may wait for only. tandemd bounds each claim by the GPU's size.
 #pragma once
 #include <cstdint>
 #include <map>
