@@ -65,7 +65,9 @@ struct tandem_slot {
   uint64_t assigned_quota_bytes; /* device-memory quota set through the daemon (0: none); overrides TANDEM_MEM_LIMIT */
   uint64_t inflight_bound_ns; /* policy slo: a gated launch waits while issued_ns - completed_ns >= this (0: no bound) */
   /* What the daemon last read from the client's page (bounded), for the other clients: */
-  uint32_t requests_open;       /* online inference: requests begun and not yet ended */
+  uint32_t requests_open;       /* online inference: requests begun and not yet ended that hold
+                                   best-effort work now (0 when they are stuck, or past the
+                                   best-effort job's floor: docs/security.md) */
   uint32_t slo_us;              /* online inference: its latency target */
   uint64_t request_activity_ns; /* CLOCK_MONOTONIC of its last request begin or end */
   uint32_t memory_wake; /* futex word: the daemon increments it (and wakes the client's progress

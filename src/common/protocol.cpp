@@ -10,6 +10,8 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 namespace tandem {
 
 namespace {
@@ -181,7 +183,7 @@ RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payl
 }
 
 std::string error_payload(int error_number, std::string_view message) {
-  return nlohmann::json{{"errno", error_number}, {"message", std::string(message)}}.dump();
+  return json_text(nlohmann::json{{"errno", error_number}, {"message", std::string(message)}});
 }
 
 }  // namespace tandem

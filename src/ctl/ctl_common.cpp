@@ -11,6 +11,9 @@
 #include <cstring>
 #include <utility>
 
+#include "json_text.h"
+#include "terminal_text.h"
+
 namespace tandem::ctl {
 
 const char* const kUsage =
@@ -70,7 +73,7 @@ bool try_ask(const std::string& socket_path, MessageType request, const std::str
 std::string ask(const std::string& socket_path, MessageType request, const std::string& body, MessageType reply_type) {
   std::string reply, why;
   if (!try_ask(socket_path, request, body, reply_type, 5000, reply, why)) {
-    std::fprintf(stderr, "tandemctl: %s\n", why.c_str());
+    std::fprintf(stderr, "tandemctl: %s\n", terminal_text(why).c_str());  // may quote the daemon's words
     std::exit(1);
   }
   return reply;
@@ -97,7 +100,7 @@ std::string container_text(const nlohmann::json& client) {
   return runtime + " " + id.substr(0, 12) + (pod.empty() ? "" : " pod " + pod);
 }
 
-void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump().c_str()); }
+void print_json(const nlohmann::json& j) { std::printf("%s\n", json_text(j).c_str()); }
 
 std::string mib(unsigned long long bytes) {
   char text[32];

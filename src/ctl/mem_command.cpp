@@ -6,6 +6,7 @@
 
 #include "ctl_common.h"
 #include "settings.h"
+#include "terminal_text.h"
 
 namespace tandem::ctl {
 
@@ -30,25 +31,25 @@ int mem_show_command(const std::string& socket_path, bool json) {
     print_json({{"processes", rows}, {"pools", pools}});
     return 0;
   }
-  std::printf("%-10s %-8s %12s %12s %12s %-17s %8s %12s\n", "GPU", "PID", "IN USE(MiB)", "PEAK(MiB)", "QUOTA(MiB)",
-              "QUOTA FROM", "REFUSED", "POOLED(MiB)");
+  print_line("%-10s %-8s %12s %12s %12s %-17s %8s %12s", "GPU", "PID", "IN USE(MiB)", "PEAK(MiB)", "QUOTA(MiB)",
+             "QUOTA FROM", "REFUSED", "POOLED(MiB)");
   for (const auto& r : rows) {
     unsigned long long quota = r["quota_bytes"].get<unsigned long long>();
-    std::printf("%-10s %-8d %12s %12s %12s %-17s %8llu %12s\n", r["gpu"].get<std::string>().substr(0, 8).c_str(),
-                r["pid"].get<int>(), mib(r["bytes_in_use"].get<unsigned long long>()).c_str(),
-                mib(r["peak_bytes"].get<unsigned long long>()).c_str(), quota ? mib(quota).c_str() : "-",
-                r["quota_source"].get<std::string>().c_str(), r["quota_refusals"].get<unsigned long long>(),
-                mib(r["pool_bytes"].get<unsigned long long>()).c_str());
+    print_line("%-10s %-8d %12s %12s %12s %-17s %8llu %12s", r["gpu"].get<std::string>().substr(0, 8).c_str(),
+               r["pid"].get<int>(), mib(r["bytes_in_use"].get<unsigned long long>()).c_str(),
+               mib(r["peak_bytes"].get<unsigned long long>()).c_str(), quota ? mib(quota).c_str() : "-",
+               r["quota_source"].get<std::string>().c_str(), r["quota_refusals"].get<unsigned long long>(),
+               mib(r["pool_bytes"].get<unsigned long long>()).c_str());
   }
-  if (rows.empty()) std::printf("(no registered processes)\n");
+  if (rows.empty()) print_line("(no registered processes)");
   for (const auto& p : pools)
-    std::printf("pool on GPU %s: %s MiB in %llu chunks, %s MiB free, %s MiB of exited processes; %llu handovers "
-                "(last %.1f ms, max %.1f ms), %llu short answers\n",
-                p["gpu"].get<std::string>().substr(0, 8).c_str(), mib(p["bytes"].get<unsigned long long>()).c_str(),
-                p["chunks"].get<unsigned long long>(), mib(p["free_bytes"].get<unsigned long long>()).c_str(),
-                mib(p["orphaned_bytes"].get<unsigned long long>()).c_str(), p["handovers"].get<unsigned long long>(),
-                p["handover_last_ms"].get<double>(), p["handover_max_ms"].get<double>(),
-                p["short_answers"].get<unsigned long long>());
+    print_line("pool on GPU %s: %s MiB in %llu chunks, %s MiB free, %s MiB of exited processes; %llu handovers "
+               "(last %.1f ms, max %.1f ms), %llu short answers",
+               p["gpu"].get<std::string>().substr(0, 8).c_str(), mib(p["bytes"].get<unsigned long long>()).c_str(),
+               p["chunks"].get<unsigned long long>(), mib(p["free_bytes"].get<unsigned long long>()).c_str(),
+               mib(p["orphaned_bytes"].get<unsigned long long>()).c_str(), p["handovers"].get<unsigned long long>(),
+               p["handover_last_ms"].get<double>(), p["handover_max_ms"].get<double>(),
+               p["short_answers"].get<unsigned long long>());
   return 0;
 }
 
@@ -71,9 +72,9 @@ int mem_set_command(const std::string& socket_path, const std::string& pid_text,
     return 0;
   }
   if (bytes)
-    std::printf("tandemctl: pid %ld may hold %s MiB of device memory from its next allocation\n", pid, mib(bytes).c_str());
+    print_line("tandemctl: pid %ld may hold %s MiB of device memory from its next allocation", pid, mib(bytes).c_str());
   else
-    std::printf("tandemctl: pid %ld has no quota from tandemd (TANDEM_MEM_LIMIT applies, if set)\n", pid);
+    print_line("tandemctl: pid %ld has no quota from tandemd (TANDEM_MEM_LIMIT applies, if set)", pid);
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "ctl_common.h"
+#include "terminal_text.h"
 
 namespace tandem::ctl {
 namespace {
@@ -231,10 +232,9 @@ std::vector<std::string> top_lines(const json& view, const std::string& notice, 
   if (height > 0 && static_cast<int>(lines.size()) > height) lines.resize(static_cast<size_t>(height));
   for (auto& l : lines) {
     // A cgroup path is named by whoever made the cgroup: no escape sequence of theirs reaches
-    // the operator's terminal.
-    for (char& c : l)
-      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-    if (width > 0 && static_cast<int>(l.size()) > width) l.resize(static_cast<size_t>(width));
+    // the operator's terminal (terminal_text.h).
+    l = terminal_text(l);
+    if (width > 0) l = std::string(cut_to(l, static_cast<size_t>(width)));
   }
   return lines;
 }

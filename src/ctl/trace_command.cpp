@@ -6,6 +6,8 @@
 #include <string>
 
 #include "ctl_common.h"
+#include "json_text.h"
+#include "terminal_text.h"
 
 namespace tandem::ctl {
 namespace {
@@ -27,7 +29,7 @@ int trace_command(const std::string& socket_path, uint64_t span_ns, const std::s
   while (nanosleep(&wait, &wait) != 0 && errno == EINTR) {
   }
   std::string reply = ask(socket_path, MessageType::trace_request,
-                          nlohmann::json{{"since_ns", since}}.dump(), MessageType::trace_reply);
+                          json_text(nlohmann::json{{"since_ns", since}}), MessageType::trace_reply);
   nlohmann::json j = nlohmann::json::parse(reply, nullptr, false);
   if (j.is_discarded()) {
     std::fprintf(stderr, "tandemctl: malformed trace reply\n");
@@ -44,14 +46,14 @@ int trace_command(const std::string& socket_path, uint64_t span_ns, const std::s
     std::fprintf(stderr, "tandemctl: cannot write %s: %s\n", out.c_str(), std::strerror(errno));
     return 1;
   }
-  std::string text = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  std::string text = json_text(nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}});
   std::fwrite(text.data(), 1, text.size(), f);
   std::fclose(f);
   if (json)
     print_json({{"out", out}, {"seconds", static_cast<double>(span_ns) / 1e9}, {"since_ns", since},
                 {"events", events.size()}, {"gpus", per_gpu}});
   else
-    std::printf("tandemctl: %zu events in %s (open it in ui.perfetto.dev)\n", events.size(), out.c_str());
+    print_line("tandemctl: %zu events in %s (open it in ui.perfetto.dev)", events.size(), out.c_str());
   return 0;
 }
 

@@ -18,9 +18,10 @@ struct DaemonConfig {
 // JSON object, a key is unknown or a value is wrong (a user or group that does not exist).
 bool apply_config(const std::string& text, DaemonConfig& config, std::string& error);
 
-// "alice" or "1001" -> uid; "tandem" or "120" -> gid. False when unknown.
-bool resolve_user(const std::string& name, uid_t& uid);
-bool resolve_group(const std::string& name, gid_t& gid);
+// "alice" or "1001" -> uid; "tandem" or "120" -> gid. False when unknown or, numeric, out of
+// range (above 4294967294: it would wrap, 4294967296 to root), with the reason in `why`.
+bool resolve_user(const std::string& name, uid_t& uid, std::string* why = nullptr);
+bool resolve_group(const std::string& name, gid_t& gid, std::string* why = nullptr);
 // "0660" (octal, at most 0777) -> mode.
 bool parse_socket_mode(const std::string& text, mode_t& mode);
 

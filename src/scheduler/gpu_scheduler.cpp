@@ -16,7 +16,7 @@ void wake(tandem_slot& s) { futex_bump_and_wake(&s.wake); }
 
 GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
     : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill), slo_(params.slo),
-      zico_(params.period_ns) {
+      holds_({RequestHoldParams{}.window_ns, params.slo.controller.min_duty}), zico_(params.period_ns) {
   if (segment_.ok()) {
     segment_.shm()->sample_us = params.period_ns / 1000;
     segment_.shm()->policy = params.policy;
@@ -56,13 +56,14 @@ OnlineClient online_state(int id, const tandem_slot& s, const ClientView& c) {
 }
 
 // Other clients read an online client's requests through the daemon's slot (they cannot
-// read its page). A request that ended wakes the best-effort launches waiting for it.
-void publish_requests(tandem_shm_header* shm, tandem_slot& s, const ClientView& c) {
+// read its page): the requests that hold best-effort work now, `holding` (request_holds.h:
+// none when they are stuck or past the floor). A fall wakes the launches waiting for it.
+void publish_requests(tandem_shm_header* shm, tandem_slot& s, const ClientView& c, uint32_t holding) {
   uint32_t before = __atomic_load_n(&s.requests_open, __ATOMIC_RELAXED);
   __atomic_store_n(&s.slo_us, c.v.slo_us, __ATOMIC_RELAXED);
   __atomic_store_n(&s.request_activity_ns, c.v.request_activity_ns, __ATOMIC_RELEASE);
-  __atomic_store_n(&s.requests_open, c.v.requests_open, __ATOMIC_RELEASE);
-  if (c.v.requests_open < before) futex_bump_and_wake(&shm->request_seq);
+  __atomic_store_n(&s.requests_open, holding, __ATOMIC_RELEASE);
+  if (holding < before) futex_bump_and_wake(&shm->request_seq);
 }
 }  // namespace
 
@@ -123,7 +124,6 @@ void GpuScheduler::tick(uint64_t now_ns) {
       online_.push_back(online_state(static_cast<int>(i), s, c));
       slowest_request = std::max(slowest_request, c.v.request_ns);
       if (c.v.slo_us && (!tightest_target || c.v.slo_us * 1000ull < tightest_target)) tightest_target = c.v.slo_us * 1000ull;
-      publish_requests(shm, s, c);
     }
   }
   const bool training = !training_.empty();
@@ -132,9 +132,19 @@ void GpuScheduler::tick(uint64_t now_ns) {
   tightest_target_ns_ = tightest_target;
   __atomic_store_n(&shm->inference_slots, inference_slots, __ATOMIC_RELEASE);
 
+  // Which requests may hold the best-effort job (stuck ones never, the others within the
+  // floor), published for the clients' gates; stuck ones no longer count for the policy.
+  const bool slo = params_.policy == TANDEM_POLICY_SLO;
+  const bool may_hold = holds_.allow(now_ns, online_, slo_.duty());
+  bool holding = false;
+  for (const OnlineClient& o : online_) {
+    uint32_t open = may_hold ? o.requests_open : 0;
+    holding = holding || open > 0;
+    publish_requests(shm, shm->slots[o.id], segment_.view(o.id), open);
+  }
+
   // Policy slo: the best-effort job (training, else the fillers) is gated while online
   // inference is active, at the controller's duty cycle.
-  const bool slo = params_.policy == TANDEM_POLICY_SLO;
   if (slo) {
     std::vector<FillerState>& best_effort = training ? training_ : fillers_;
     slo_.step(now_ns, online_, best_effort, grants_, training && spatial);
@@ -156,10 +166,8 @@ void GpuScheduler::tick(uint64_t now_ns) {
     slo_saturated_warned_ = slo_.controller().saturated();
     policy_.limit_inflight(slo_.gating() ? slo_.inflight_bound_ns() : UINT64_MAX);
   }
-  request_running_ = slo && training && slo_.gating() &&
-                     std::any_of(online_.begin(), online_.end(), [&](const OnlineClient& o) {
-                       return o.requests_open && now_ns < o.activity_ns + 4 * o.slo_ns;
-                     });
+  holds_.decided(slo && slo_.gating(), slo && slo_.gating() && holding, slo_.duty());
+  request_running_ = slo && training && slo_.gating() && holding;
 
   // Without a training job there is nothing to protect: fillers run ungated (unless the slo
   // policy gates them above), but each one's queue on the GPU stays bounded, so that a training
@@ -238,10 +246,12 @@ uint64_t GpuScheduler::zico_budget_bytes() const {
 // iteration boundary start when its iteration fits beside the others' (zico_policy.h).
 void GpuScheduler::step_zico(tandem_shm_header* shm, uint64_t now_ns) {
   zico_samples_.clear();
+  // No process holds more than the GPU has: a claim past it is bounded there.
+  const uint64_t most = shm->gpu_total_bytes ? shm->gpu_total_bytes : UINT64_MAX;
   for (const FillerState& t : training_) {
     const tandem_slot& s = shm->slots[t.id];
     const ClientView& c = segment_.view(t.id);
-    zico_samples_.push_back({t.id, s.generation, c.v.bytes_in_use, c.v.zico_starts, c.v.zico_waiting != 0});
+    zico_samples_.push_back({t.id, s.generation, std::min(c.v.bytes_in_use, most), c.v.zico_starts, c.v.zico_waiting != 0});
   }
   // Without the GPU's size there is no budget: nobody is held.
   uint64_t budget = zico_budget_bytes();

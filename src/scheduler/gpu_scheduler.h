@@ -14,6 +14,7 @@
 #include "fill_policy.h"
 #include "gpu_segment.h"
 #include "gpu_usage.h"
+#include "request_holds.h"
 #include "slo_policy.h"
 #include "trace.h"
 #include "zico_policy.h"
@@ -51,9 +52,10 @@ class GpuScheduler {
   const BubbleDetector& detector() const { return detector_; }
   uint32_t policy() const { return params_.policy; }
   const SloPolicy& slo() const { return slo_; }
-  // Policy slo gates training and an online request runs (as the clients' gates see it: a
-  // request open past 4x its target is a stuck client's). A job's collectives are held then.
+  // Policy slo gates training and an online request holds it (as the clients' gates see it:
+  // not a stuck client's, and within the floor, request_holds.h). A job's collectives are held then.
   bool request_running() const { return request_running_; }
+  const RequestHolds& request_holds() const { return holds_; }
   // Null unless TANDEM_ZICO is on.
   const ZicoPolicy* zico() const { return params_.zico ? &zico_ : nullptr; }
   uint64_t zico_budget_bytes() const;
@@ -84,6 +86,7 @@ class GpuScheduler {
   BubbleDetector detector_;
   FillPolicy policy_;
   SloPolicy slo_;
+  RequestHolds holds_;
   bool communicating_ = false;
   Trace trace_;
   std::vector<FillerState> fillers_, training_;

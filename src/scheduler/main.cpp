@@ -127,14 +127,14 @@ int main(int argc, char** argv) {
       std::string error;
       if (!tandem::scheduler::apply_config(text.str(), config, error)) fail("config " + path + ": " + error);
     } else if (a == "--socket-owner") {
-      std::string user = value();
-      if (!tandem::scheduler::resolve_user(user, options.socket_owner)) fail("unknown user '" + user + "'");
+      std::string why;
+      if (!tandem::scheduler::resolve_user(value(), options.socket_owner, &why)) fail("--socket-owner: " + why);
     } else if (a == "--socket-group") {
-      std::string group = value();
-      if (!tandem::scheduler::resolve_group(group, options.socket_group)) fail("unknown group '" + group + "'");
+      std::string why;
+      if (!tandem::scheduler::resolve_group(value(), options.socket_group, &why)) fail("--socket-group: " + why);
     } else if (a == "--socket-mode") {
       std::string mode = value();
-      if (!tandem::scheduler::parse_socket_mode(mode, options.socket_mode)) fail("--socket-mode: an octal mode like 0660");
+      if (!tandem::scheduler::parse_socket_mode(mode, options.socket_mode)) fail("--socket-mode: an octal mode from 0 to 0777, like 0660");
     } else if (a == "--crash-for-test") {
       crash_signal = value();
       if (crash_signal != "segv" && crash_signal != "abort" && crash_signal != "overflow")

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -121,7 +122,10 @@ bool MetricsHttp::open(const std::string& host_port, std::string& error) {
 void MetricsHttp::add_poll_fds(std::vector<pollfd>& fds, uint64_t now_ns) const {
   if (listen_fd_ < 0) return;
   fds.push_back({now_ns >= accept_paused_until_ns_ ? listen_fd_ : -1, POLLIN, 0});
-  for (const Connection& c : connections_) fds.push_back({c.fd, static_cast<short>(c.responding ? POLLOUT : POLLIN), 0});
+  // A connection waiting for its page is not read: what it sends after its request (more
+  // requests, junk) would wake the loop on every turn until then.
+  for (const Connection& c : connections_)
+    fds.push_back({c.fd, static_cast<short>(c.waiting ? 0 : c.responding ? POLLOUT : POLLIN), 0});
 }
 
 void MetricsHttp::serve(const pollfd* fds, size_t count, uint64_t now_ns, const Render& render) {
@@ -132,12 +136,17 @@ void MetricsHttp::serve(const pollfd* fds, size_t count, uint64_t now_ns, const 
     if (c.fd != fds[i].fd || !fds[i].revents) continue;
     if (c.responding) {
       if (!write_response(c)) close_connection(c);
+    } else if (c.waiting) {
+      close_connection(c);  // polled for nothing: an error or a hang-up
     } else {
       read_request(c, now_ns, render);
     }
   }
+  // The requests that wait for a page, in the order they came, as pages may be sent.
+  for (Connection& c : connections_)
+    if (c.fd >= 0 && c.waiting) send_page(c, now_ns, render);
   for (Connection& c : connections_) {
-    uint64_t limit = c.responding ? MetricsHttpLimits::kResponseTimeoutNs : MetricsHttpLimits::kRequestTimeoutNs;
+    uint64_t limit = c.responding || c.waiting ? MetricsHttpLimits::kResponseTimeoutNs : MetricsHttpLimits::kRequestTimeoutNs;
     if (c.fd >= 0 && now_ns > c.accepted_ns + limit) {
       ++counts_.timeouts;
       close_connection(c);
@@ -159,8 +168,9 @@ void MetricsHttp::accept_connections(uint64_t now_ns) {
     if (connections_.size() >= MetricsHttpLimits::kMaxConnections) {
       // Room for the newcomer: the oldest connection still sending its request has had the
       // longest to do so (a real scraper sends its request at once). If every one is being
-      // answered, the newcomer is refused instead.
-      auto oldest = std::find_if(connections_.begin(), connections_.end(), [](const Connection& c) { return !c.responding; });
+      // answered, or waits for its page, the newcomer is refused instead.
+      auto oldest = std::find_if(connections_.begin(), connections_.end(),
+                                 [](const Connection& c) { return !c.responding && !c.waiting; });
       if (oldest == connections_.end()) {
         close(fd);
         ++counts_.evicted;
@@ -170,7 +180,10 @@ void MetricsHttp::accept_connections(uint64_t now_ns) {
       connections_.erase(oldest);
       ++counts_.evicted;
     }
-    connections_.push_back({fd, now_ns, {}, {}, 0, false});
+    Connection c;
+    c.fd = fd;
+    c.accepted_ns = now_ns;
+    connections_.push_back(std::move(c));
   }
 }
 
@@ -198,16 +211,44 @@ void MetricsHttp::read_request(Connection& c, uint64_t now_ns, const Render& ren
     ++counts_.not_found;
     respond(c, 404, "Not Found", "tandemd serves /metrics only\n", r.method == "HEAD");
   } else {
-    ++counts_.pages;
-    respond(c, 200, "OK", page(now_ns, render), r.method == "HEAD");
+    c.waiting = true;
+    c.wants_head = r.method == "HEAD";
+    c.in.clear();
+    c.in.shrink_to_fit();
+    send_page(c, now_ns, render);
+    return;
   }
   if (!write_response(c)) close_connection(c);
 }
 
-const std::string& MetricsHttp::page(uint64_t now_ns, const Render& render) {
-  if (!page_valid_ || now_ns >= next_render_ns_) {
-    page_ = render();
-    page_valid_ = true;
+bool MetricsHttp::take_page_token(uint64_t now_ns) {
+  if (tokens_ns_ && now_ns > tokens_ns_)
+    page_tokens_ = std::min(static_cast<double>(MetricsHttpLimits::kPageBurst),
+                            page_tokens_ + static_cast<double>(now_ns - tokens_ns_) * 1e-9 *
+                                               static_cast<double>(MetricsHttpLimits::kPagesPerSecond));
+  tokens_ns_ = now_ns;
+  if (page_tokens_ < 1) return false;
+  page_tokens_ -= 1;
+  return true;
+}
+
+void MetricsHttp::send_page(Connection& c, uint64_t now_ns, const Render& render) {
+  if (!take_page_token(now_ns)) {
+    if (!c.waited) ++counts_.page_waits;
+    c.waited = true;
+    return;
+  }
+  c.waiting = false;
+  ++counts_.pages;
+  const std::shared_ptr<const std::string>& body = page(now_ns, render);
+  respond(c, 200, "OK", {}, true, {}, body->size());
+  if (!c.wants_head) c.body = body;
+  if (!write_response(c)) close_connection(c);
+}
+
+const std::shared_ptr<const std::string>& MetricsHttp::page(uint64_t now_ns, const Render& render) {
+  if (!page_ || now_ns >= next_render_ns_) {
+    page_ = std::make_shared<const std::string>(render());
     ++counts_.renders;
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -219,12 +260,13 @@ const std::string& MetricsHttp::page(uint64_t now_ns, const Render& render) {
 }
 
 void MetricsHttp::respond(Connection& c, int code, std::string_view reason, std::string_view body, bool head,
-                          std::string_view extra_headers) {
+                          std::string_view extra_headers, size_t length) {
   const char* type = code == 200 ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain; charset=utf-8";
-  c.out = "HTTP/1.1 " + std::to_string(code) + " " + std::string(reason) + "\r\nContent-Type: " + type +
-          "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n" +
-          std::string(extra_headers) + "\r\n";
-  if (!head) c.out += body;
+  c.head = "HTTP/1.1 " + std::to_string(code) + " " + std::string(reason) + "\r\nContent-Type: " + type +
+           "\r\nContent-Length: " + std::to_string(length == SIZE_MAX ? body.size() : length) +
+           "\r\nConnection: close\r\n" + std::string(extra_headers) + "\r\n";
+  if (!head) c.head += body;
+  c.body.reset();
   c.sent = 0;
   c.in.clear();
   c.in.shrink_to_fit();
@@ -232,8 +274,20 @@ void MetricsHttp::respond(Connection& c, int code, std::string_view reason, std:
 }
 
 bool MetricsHttp::write_response(Connection& c) {
-  while (c.sent < c.out.size()) {
-    ssize_t n = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+  const size_t total = c.head.size() + (c.body ? c.body->size() : 0);
+  while (c.sent < total) {
+    // The headers, then the shared page, in one call when the socket takes them.
+    iovec parts[2];
+    int n_parts = 0;
+    if (c.sent < c.head.size()) parts[n_parts++] = {c.head.data() + c.sent, c.head.size() - c.sent};
+    if (c.body) {
+      size_t from = c.sent > c.head.size() ? c.sent - c.head.size() : 0;
+      parts[n_parts++] = {const_cast<char*>(c.body->data()) + from, c.body->size() - from};
+    }
+    msghdr m{};
+    m.msg_iov = parts;
+    m.msg_iovlen = static_cast<size_t>(n_parts);
+    ssize_t n = sendmsg(c.fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     c.sent += static_cast<size_t>(n);
   }

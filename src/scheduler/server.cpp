@@ -17,6 +17,7 @@
 #include "daemon_limits.h"
 #include "futex.h"
 #include "json_fields.h"
+#include "json_text.h"
 #include "log.h"
 #include "settings.h"
 #include "slo_status.h"
@@ -61,7 +62,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   if (role == "none" || uuid.empty()) {
     client.role = role;
     client.registered = true;
-    return reply(client, MessageType::hello_ok, nlohmann::json{{"slot", -1}}.dump());
+    return reply(client, MessageType::hello_ok, json_text(nlohmann::json{{"slot", -1}}));
   }
   if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
     return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
@@ -109,7 +110,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   // their own sendmsg: sent directly, after every queued reply (checked above), on the
   // non-blocking socket; a client whose socket cannot take them is dropped.
   const int fds[2] = {g->segment().fd(), g->segment().page_fd(slot)};
-  return send_message_with_fds(client.fd, MessageType::hello_ok, ok.dump(), fds, 2);
+  return send_message_with_fds(client.fd, MessageType::hello_ok, json_text(ok), fds, 2);
 }
 
 bool Server::handle_trace(Client& client, const std::string& payload) {
@@ -118,7 +119,7 @@ bool Server::handle_trace(Client& client, const std::string& payload) {
   if (!since) return reply_error(client, EINVAL, "since_ns must be an unsigned integer");
   nlohmann::json gpus = nlohmann::json::object();
   for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(*since, uuid.substr(0, 8)));
-  return reply(client, MessageType::trace_reply, nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}.dump());
+  return reply(client, MessageType::trace_reply, json_text(nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}));
 }
 
 // Sets (or clears) a registered process's memory quota. Its library reads the slot at each
@@ -147,7 +148,7 @@ bool Server::handle_quota(Client& client, const std::string& payload) {
     futex_bump_and_wake(&shm->slots[c.slot].memory_wake);  // a lowered quota is answered at once
     TANDEM_LOG_INFO("memory quota of pid {} set to {} bytes by pid {}", pid, bytes, client.pid);
     return reply(client, MessageType::quota_reply,
-                        nlohmann::json{{"pid", pid}, {"bytes", bytes}, {"gpu", c.gpu}}.dump());
+                        json_text(nlohmann::json{{"pid", pid}, {"bytes", bytes}, {"gpu", c.gpu}}));
   }
   return reply_error(client, ESRCH, "pid " + std::to_string(pid) + " is not a registered client with a GPU");
 }
@@ -256,9 +257,13 @@ std::string Server::status_json() const {
       for (const ControlRecord& r : p.history())
         history.push_back({{"t_s", static_cast<double>(r.t_ns - started_ns_) / 1e9}, {"latency_ms", r.latency_ms},
                            {"target_ms", r.target_ms}, {"duty", r.duty}, {"samples", r.samples}, {"active", r.active}});
+      const RequestHolds& holds = g->request_holds();
       slo = {{"active", p.active()}, {"duty", p.duty()}, {"gain_estimate", p.controller().gain_estimate()},
              {"saturated", p.controller().saturated()}, {"inflight_bound_ms", static_cast<double>(p.inflight_bound_ns()) / 1e6},
-             {"control_periods", p.control_seq() - 1}, {"history", history}};
+             {"control_periods", p.control_seq() - 1}, {"history", history},
+             {"request_holds",  // who may hold training, for how long (request_holds.h, docs/security.md)
+              {{"floor", holds.params().floor}, {"window_s", static_cast<double>(holds.params().window_ns) / 1e9},
+               {"stuck", holds.stuck()}, {"refused_ms", static_cast<double>(holds.refused_ns()) / 1e6}}}};
       slo.update(slo_floor_status(*g, p));
     }
     nlohmann::json zico = nullptr;  // TANDEM_ZICO: each training job's curve and permits (docs/zico.md)
@@ -270,8 +275,10 @@ std::string Server::status_json() const {
                         {"trough_bytes", j.trough_bytes}, {"peak_bytes", j.peak_bytes},
                         {"period_ms", static_cast<double>(j.period_ns) / 1e6},
                         {"active_ms", static_cast<double>(j.active_ns) / 1e6}, {"starts", j.grants},
-                        {"delayed_starts", j.shifted}, {"last_shift_ms", static_cast<double>(j.last_shift_ns) / 1e6}});
-      zico = {{"budget_bytes", g->zico_budget_bytes()}, {"jobs", jobs}};
+                        {"delayed_starts", j.shifted}, {"last_shift_ms", static_cast<double>(j.last_shift_ns) / 1e6},
+                        {"unpermitted_starts", j.unpermitted}, {"unruly", j.unruly}});
+      zico = {{"budget_bytes", g->zico_budget_bytes()}, {"jobs", jobs},
+              {"newcomers_held_ms", static_cast<double>(z->profile_hold_ns()) / 1e6}};
     }
     gpus.push_back({{"uuid", uuid},
                     {"zico", zico},
@@ -302,7 +309,7 @@ std::string Server::status_json() const {
                           {"reply_bytes", held.reply_bytes}}}}},
                       {"clients", clients},
                       {"jobs", jobs_json()}};
-  return j.dump();
+  return json_text(j);
 }
 
 }  // namespace tandem::scheduler

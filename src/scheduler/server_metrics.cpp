@@ -142,6 +142,9 @@ std::string Server::metrics_text() const {
   w.family("tandem_metrics_renders_total", Type::counter,
            "Pages rendered: at most one per 100 ms, however many scrapes ask (a page younger is served again).");
   w.sample({}, static_cast<double>(h.renders));
+  w.family("tandem_metrics_page_waits_total", Type::counter,
+           "Scrapes that waited for their turn: at most 20 pages a second are sent, in the order they were asked for.");
+  w.sample({}, static_cast<double>(h.page_waits));
   w.family("tandem_metrics_connections_dropped_total", Type::counter,
            "Metrics connections closed unanswered: timeout (request or response too slow) or evicted (connection cap).");
   w.sample({{"reason", "timeout"}}, static_cast<double>(h.timeouts));

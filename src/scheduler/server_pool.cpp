@@ -9,6 +9,7 @@
 #include "daemon_limits.h"
 #include "futex.h"
 #include "json_fields.h"
+#include "json_text.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -57,7 +58,7 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
   ++client.chunks_registered;
   uint64_t id = pool_.add(fd, *bytes, client.gpu, client.id, client.trust_domain);
   TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, *bytes);
-  return reply(client, MessageType::pool_registered, nlohmann::json{{"id", id}, {"seq", *seq}}.dump());
+  return reply(client, MessageType::pool_registered, json_text(nlohmann::json{{"id", id}, {"seq", *seq}}));
 }
 
 // Descriptors need sendmsg: written directly, after every queued reply (the client asks one
@@ -77,7 +78,7 @@ bool Server::send_chunks(Client& client, const std::vector<const PoolChunk*>& ch
       ids.push_back(chunks[i]->id);
     }
     nlohmann::json body = batch ? nlohmann::json{{"ids", ids}, {"seq", seq}} : nlohmann::json{{"id", ids[0]}, {"seq", seq}};
-    if (!client.out.empty() || !send_message_with_fds(client.fd, MessageType::pool_chunk, body.dump(), fds.data(), n))
+    if (!client.out.empty() || !send_message_with_fds(client.fd, MessageType::pool_chunk, json_text(body), fds.data(), n))
       return false;
   }
   return true;
@@ -106,9 +107,8 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
     if (uint64_t elsewhere = count < wanted ? pool_.free_bytes_outside(client.gpu, chunk, client.trust_domain) : 0)
       reason += " (" + std::to_string(elsewhere >> 20) + " MiB free belong to other trust domains: not shared)";
     return reply(client, MessageType::pool_granted,
-                 nlohmann::json{{"chunks", count}, {"short_bytes", (wanted - count) * chunk}, {"reason", reason},
-                                {"seq", seq}}
-                     .dump());
+                 json_text(nlohmann::json{{"chunks", count}, {"short_bytes", (wanted - count) * chunk}, {"reason", reason},
+                                {"seq", seq}}));
   };
   if (n == wanted) return granted(n, "");
   // Only online inference takes memory from training; the others make chunks of their own
@@ -147,7 +147,7 @@ bool Server::handle_pool_release(Client& client, const std::string& payload) {
       !std::all_of(j["ids"].begin(), j["ids"].end(), [](const nlohmann::json& id) { return id.is_number_unsigned(); }))
     return reply_error(client, EINVAL, "pool_release needs {\"ids\": [int]}");
   uint32_t n = pool_.release(client.id, j["ids"].get<std::vector<uint64_t>>());
-  if (!reply(client, MessageType::pool_released, nlohmann::json{{"released", n}, {"seq", *seq}}.dump()))
+  if (!reply(client, MessageType::pool_released, json_text(nlohmann::json{{"released", n}, {"seq", *seq}})))
     return false;
   // May mark other clients closing (the loop reaps them after this turn), never destroys one:
   // `client` stays valid here.
@@ -188,9 +188,8 @@ void Server::serve_pool_waits(uint64_t now_ns) {
           TANDEM_LOG_WARN("memory policy: inference pid {}: {}", c->pid, reason);
         }
         reply(*c, MessageType::pool_granted,
-              nlohmann::json{{"chunks", w.given}, {"short_bytes", (w.wanted - w.given) * w.chunk_bytes},
-                             {"reason", reason}, {"seq", w.seq}, {"waited_ms", ms}}
-                  .dump());
+              json_text(nlohmann::json{{"chunks", w.given}, {"short_bytes", (w.wanted - w.given) * w.chunk_bytes},
+                             {"reason", reason}, {"seq", w.seq}, {"waited_ms", ms}}));
         finished = true;
       }
     }

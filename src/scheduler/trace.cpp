@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 namespace tandem::scheduler {
 
 void Trace::add(const TraceEvent& e) {
@@ -37,7 +39,7 @@ std::string Trace::chrome_json(uint64_t since_ns, const std::string& gpu) const 
         break;
     }
   }
-  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  return json_text(nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}});
 }
 
 }  // namespace tandem::scheduler

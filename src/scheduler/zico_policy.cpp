@@ -38,8 +38,8 @@ std::optional<uint64_t> time_shift(const MemoryCurve& job, const std::vector<Run
 RunningJob ZicoPolicy::running_view(const Job& j, uint64_t now_ns) const {
   RunningJob r;
   r.curve = &j.curve;
-  if (!j.curve.learned()) {
-    r.state = RunningJob::State::unknown;
+  if (!j.curve.learned() || !holds_others(j)) {
+    r.state = RunningJob::State::unknown;  // at its peak throughout
   } else if (j.curve.in_iteration() && j.curve.last_bytes() < j.curve.iteration_peak_bytes()) {
     // In its backward pass: placed on its curve by what it still holds, not by the time since
     // its start (slowed by the other jobs or the host, it would be predicted to free memory it
@@ -60,13 +60,24 @@ RunningJob ZicoPolicy::running_view(const Job& j, uint64_t now_ns) const {
 uint64_t ZicoPolicy::trough_to_publish(const Job& j, bool gating) const {
   if (!gating) return 0;
   if (j.curve.learned()) return j.curve.threshold_bytes();
-  if (j.unshaped) return 0;
-  return UINT64_MAX;  // profiling: its next allocation waits for the others' boundary
+  return profiling(j) ? UINT64_MAX : 0;  // profiling: its next allocation waits for the others' boundary
 }
 
 void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, uint64_t budget_bytes,
                       std::vector<ZicoDecision>& decisions) {
   decisions.clear();
+  // Newcomers hold the others for at most kProfileHoldNs of every window, together: a job
+  // that re-registers is a newcomer again, but the allowance is the GPU's.
+  if (!profile_window_ns_ || now_ns - profile_window_ns_ >= kProfileWindowNs) {
+    profile_window_ns_ = now_ns;
+    profile_hold_ns_ = 0;
+  }
+  bool profiled = gating_ && std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& e) {
+    return !e.second.curve.learned() && holds_others(e.second);
+  });
+  if (profiled && last_step_ns_ && now_ns > last_step_ns_) profile_hold_ns_ += now_ns - last_step_ns_;
+  last_step_ns_ = now_ns;
+  newcomers_may_hold_ = profile_hold_ns_ < kProfileHoldNs;
   std::set<int> present;
   for (const ZicoSample& s : samples) present.insert(s.slot);
   std::erase_if(jobs_, [&](const auto& entry) { return !present.count(entry.first); });
@@ -81,7 +92,15 @@ void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, u
       it->second.permits = s.starts;
     }
     Job& j = it->second;
+    bool was_in_iteration = j.curve.in_iteration(), was_learned = j.curve.learned();
     j.curve.add(now_ns, s.bytes_in_use);
+    // An iteration that began while it had to wait for a permit (its threshold published; a
+    // profiling job waits once, at its first allocation): under one, or not (the start the
+    // curve took is the permit's when the rise followed it).
+    if (gating_ && was_learned && !was_in_iteration && j.curve.in_iteration()) {
+      ++j.rises;
+      if (!j.last_grant_ns || j.curve.started_ns() != j.last_grant_ns) ++j.unpermitted;
+    }
     // Waiting for a permit not given yet (one given and not yet taken does not count).
     j.waiting = s.waiting && static_cast<int32_t>(j.permits - s.starts) <= 0;
     if (!j.waiting) j.waiting_since_ns = 0;
@@ -92,6 +111,7 @@ void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, u
       j.unshaped = true;
   }
   const bool gating = jobs_.size() >= 2;
+  gating_ = gating;
   std::map<int, size_t> index;  // slot -> its decision
   for (const ZicoSample& s : samples) {
     index[s.slot] = decisions.size();
@@ -132,7 +152,7 @@ void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, u
         if (k != slot && (st == RunningJob::State::running || st == RunningJob::State::rising)) others_between = false;
       }
       for (const auto& [k, other] : jobs_)
-        if (k != slot && !other.curve.learned() && other.curve.in_iteration()) others_between = false;
+        if (k != slot && !other.curve.learned() && holds_others(other) && other.curve.in_iteration()) others_between = false;
       if (others_between) {
         j.profile_granted_ns = now_ns;
         profile_running = true;
@@ -141,15 +161,26 @@ void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, u
       continue;
     }
     if (profile_running) continue;  // held until the newcomer's curve is known
-    std::vector<RunningJob> others;
+    std::vector<RunningJob> others, constants;  // the jobs it may wait for; the others, at their peaks
     uint64_t horizon = 100'000'000ull;
     bool all_held = true;
+    uint64_t constant = 0;
     for (const auto& [k, other] : jobs_) {
       if (k == slot) continue;
-      others.push_back(running_view(other, now_ns));
-      all_held = all_held && others.back().state == RunningJob::State::held;
+      RunningJob view = running_view(other, now_ns);
+      if (!holds_others(other)) {
+        constants.push_back(view);
+        constant += predicted_use(view, 0);
+        continue;
+      }
+      others.push_back(view);
+      all_held = all_held && view.state == RunningJob::State::held;
       horizon = std::max({horizon, 2 * other.curve.active_ns(), 2 * other.curve.period_ns()});
     }
+    // Beside the constant claims its iteration never fits, whatever the others do: waiting
+    // cannot help (a job claiming the whole GPU held every other for ever), so they are left
+    // out and it is shifted against the jobs it may wait for only.
+    if (j.curve.peak_bytes() + constant <= budget_bytes) others.insert(others.end(), constants.begin(), constants.end());
     std::optional<uint64_t> shift = time_shift(j.curve, others, budget_bytes, horizon);
     j.last_shift_ns = shift.value_or(horizon);
     // No shift makes it fit (its own peak beside the others' troughs is over the budget):
@@ -175,6 +206,8 @@ std::vector<ZicoJobStatus> ZicoPolicy::status() const {
     s.grants = j.grants;
     s.shifted = j.shifted;
     s.last_shift_ns = j.last_shift_ns;
+    s.unruly = j.unruly();
+    s.unpermitted = j.unpermitted;
     out.push_back(s);
   }
   return out;

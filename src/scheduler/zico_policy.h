@@ -11,6 +11,16 @@
 // curve is learned (a few iterations). A job that shows no iterations within
 // kProfileTimeoutNs is taken as a constant use at its peak and never held again.
 // With one training job on the GPU nothing is held.
+//
+// What a job claims is its own page (docs/security.md), so a job holds the others only by what
+// it has shown: a learned curve whose iterations start under permits (a job that starts most
+// of its iterations without one, kUnruly of them or more, does not wait as the others do), or a
+// newcomer's profiling once it waited for it, all newcomers of the GPU together for at most
+// kProfileHoldNs in every kProfileWindowNs (re-registering does not renew it). Any other job is
+// a constant use at its peak: the others are predicted beside it but never wait for it, and
+// when an iteration cannot fit beside such constants at all (a job claiming the whole GPU),
+// waiting could not help: they are left out of its prediction, and it is shifted against the
+// jobs it may wait for only. tandemd bounds each claim by the GPU's size.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -66,9 +76,10 @@ struct ZicoDecision {
 // What `tandemctl status` shows of a job.
 struct ZicoJobStatus {
   int slot = -1;
-  bool learned = false, profiling = false, unshaped = false, waiting = false;
+  bool learned = false, profiling = false, unshaped = false, waiting = false, unruly = false;
   uint64_t trough_bytes = 0, peak_bytes = 0, period_ns = 0, active_ns = 0, iterations = 0;
   uint64_t grants = 0, shifted = 0;  // permits given; of them, after a wait
+  uint64_t unpermitted = 0;          // iterations it started without a permit while the GPU was shared
   uint64_t last_shift_ns = 0;        // the last predicted time shift of a waiting start
 };
 
@@ -83,6 +94,11 @@ class ZicoPolicy {
   const MemoryCurve* curve(int slot) const;
 
   static constexpr uint64_t kProfileTimeoutNs = 5'000'000'000ull;
+  static constexpr uint64_t kProfileHoldNs = 5'000'000'000ull;
+  static constexpr uint64_t kProfileWindowNs = 60'000'000'000ull;
+  static constexpr uint32_t kUnruly = 3;
+  // Time newcomers held the others in the current window (status).
+  uint64_t profile_hold_ns() const { return profile_hold_ns_; }
 
  private:
   struct Job {
@@ -97,13 +113,23 @@ class ZicoPolicy {
     uint32_t permits = 0;
     bool waiting = false;
     uint64_t grants = 0, shifted = 0, last_shift_ns = 0;
+    uint32_t rises = 0, unpermitted = 0;  // iterations seen starting while the GPU was shared; without a permit
+    bool unruly() const { return unpermitted >= kUnruly && 2 * unpermitted > rises; }
   };
-  bool profiling(const Job& j) const { return !j.curve.learned() && !j.unshaped; }
+  bool profiling(const Job& j) const { return !j.curve.learned() && !j.unshaped && newcomers_may_hold_; }
+  // A job the others may wait for: a learned curve it keeps to, or a newcomer let profile (it
+  // waited for that; one that never waits has shown nothing to wait for).
+  bool holds_others(const Job& j) const {
+    return (j.curve.learned() && !j.unruly()) || (profiling(j) && j.profile_granted_ns);
+  }
   RunningJob running_view(const Job& j, uint64_t now_ns) const;
   uint64_t trough_to_publish(const Job& j, bool gating) const;
 
   uint64_t period_ns_;
   std::map<int, Job> jobs_;  // by slot
+  bool gating_ = false;      // at the last step: permits were needed
+  uint64_t last_step_ns_ = 0, profile_window_ns_ = 0, profile_hold_ns_ = 0;
+  bool newcomers_may_hold_ = true;
 };
 
 }  // namespace tandem::scheduler

@@ -17,6 +17,9 @@ library would.
                  instead of spinning, and serves again once descriptors are free
   socket-path    a regular file at --socket is refused and kept; a live daemon's socket is
                  refused; an old daemon exiting does not remove a newer daemon's socket
+  names          a training job named with a newline, escape sequences, a C1 control and a
+                 right-to-left override: tandemctl status and mem print no control character and
+                 no forged line; status --json carries the name intact
 
 usage: hostile_daemon_e2e.py BUILD_DIR CASE
 """
@@ -373,8 +376,40 @@ def case_socket_path(env):
         stop(old)
 
 
+def case_names(env):
+    d = env.daemon()
+    try:
+        # The name a user chose for their job, as any other user's tandemctl will show it.
+        name = "j\nGPU forged: all idle\x1b[2J\x1b]0;owned\x07\u009b31m\u202etxet\x7f"
+        s = connect(env.socket)
+        kind, reply, fds = ask(s, HELLO, {"role": "training", "gpu": gpu_uuid(0x7e57), "job": name, "job_ranks": 2})
+        check(kind == HELLO_OK, f"a training rank named its job ({reply})")
+        for fd in fds:
+            os.close(fd)
+        ctl = os.path.join(env.build, "bin", "tandemctl")
+        for args in (["status"], ["mem"]):
+            out = subprocess.run([ctl, *args, "--socket", env.socket], capture_output=True, timeout=10)
+            check(out.returncode == 0, f"tandemctl {args[0]} answers ({out.stderr.decode(errors='replace')[-300:]})")
+            text = out.stdout.decode("utf-8")  # valid UTF-8 too
+            bad = sorted({f"U+{ord(c):04X}" for c in text if c != "\n" and (ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f
+                          or 0x202a <= ord(c) <= 0x202e or 0x2066 <= ord(c) <= 0x2069)})
+            check(not bad, f"tandemctl {args[0]} prints no control character ({bad})")
+            check(not any(line.startswith("GPU forged") for line in text.splitlines()),
+                  f"tandemctl {args[0]} prints no forged line")
+        out = subprocess.run([ctl, "status", "--socket", env.socket], capture_output=True, text=True, timeout=10).stdout
+        job = [line for line in out.splitlines() if line.startswith("job ")]
+        check(len(job) == 1 and "j\\nGPU forged" in job[0] and "\\x1b[2J" in job[0] and "\\u202e" in job[0],
+              f"the job is one line with its controls shown as escapes: {job}")
+        status = json.loads(subprocess.run([ctl, "status", "--json", "--socket", env.socket], capture_output=True,
+                                           text=True, timeout=10).stdout)
+        check([j["job"] for j in status["jobs"]] == [f"{os.getuid()}/{name}"], "status --json carries the name intact")
+        s.close()
+    finally:
+        stop(d)
+
+
 CASES = {"release-race": case_release_race, "pipeline": case_pipeline, "deaf": case_deaf, "fds": case_fds,
-         "emfile": case_emfile, "socket-path": case_socket_path}
+         "emfile": case_emfile, "socket-path": case_socket_path, "names": case_names}
 
 
 if __name__ == "__main__":

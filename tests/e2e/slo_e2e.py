@@ -23,8 +23,15 @@ usage: slo_e2e.py BUILD_DIR CASE
   fractional   TANDEM_SLO_MS=23.24 is a target of 23.24 ms (not a warning and 100 ms): in the
                process's row of `tandemctl status --json` and in the controller's history;
                tandemd takes TANDEM_SLO_PERIOD_MS with a unit (0.1s) the same way
+  hostile-holds  a hostile online inference client (the socket protocol and its own page, no
+               library) beside training: one request opened and never touched stops holding
+               training after 4x its target; one kept open for ever, refreshed, holds it at most
+               95% of each second (training makes launches every second; it made none)
 """
+import mmap
+import struct
 import sys
+import threading
 import time
 
 from e2e_util import Env, check, finish, slots_by_pid
@@ -252,12 +259,68 @@ def fractional(env):
     check(b.returncode == 0, f"infer-sim finished ({b.returncode})")
 
 
+def hostile_holds(env):
+    """docs/security.md: who may hold training, for how long."""
+    from hostile_daemon_e2e import HELLO, HELLO_OK, ask, connect
+    requests_open, activity = 176, 184  # tandem_client_page's requests_open (+ slo_us), request_activity_ns
+    d = env.daemon("slo")
+    a = env.start("train-sim", "--seconds", "12", "--kernel-us", "200", "--compute-kernels", "20", "--gap-us", "500",
+                  role="training")
+    st = env.registered(a)
+    check(bool(st), "training registered")
+
+    def launches():
+        return slots_by_pid(env.status())[a.pid]["launches"]
+
+    def rate(seconds):
+        before = launches()
+        time.sleep(seconds)
+        return (launches() - before) / seconds
+
+    alone = rate(1.0)
+    s = connect(env.socket)
+    kind, reply, fds = ask(s, HELLO, {"role": "inference", "gpu": st["gpus"][0]["uuid"]})
+    check(kind == HELLO_OK, f"the hostile client registered as online inference ({reply})")
+    page = mmap.mmap(fds[1], 256, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    # One request, target 100 ms, opened and never ended nor touched.
+    struct.pack_into("<IIQ", page, requests_open, 1, 100000, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+    time.sleep(0.6)  # 4 x 100 ms, and idle_ms
+    stuck = rate(1.0)
+    # The same request, kept fresh for ever.
+    stop = threading.Event()
+
+    def refresh():
+        while not stop.is_set():
+            struct.pack_into("<Q", page, activity, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+            time.sleep(0.01)
+
+    t = threading.Thread(target=refresh, daemon=True)
+    t.start()
+    time.sleep(1.0)  # into a window that began with the request open
+    per_second = [rate(1.0) for _ in range(3)]
+    holds = env.status()["gpus"][0]["slo"]["request_holds"]
+    stop.set()
+    t.join()
+    s.close()
+    a.kill()
+    a.wait()
+    d.terminate()
+    d.wait()
+    print(f"training launches/s: alone {alone:.0f}, beside a stuck request {stuck:.0f}, beside one kept open "
+          f"{[round(r) for r in per_second]}; status {holds}")
+    check(stuck >= 0.5 * alone, f"a stuck request does not hold training ({stuck:.0f} >= 0.5 x {alone:.0f} launches/s)")
+    check(min(per_second) >= 0.01 * alone,
+          f"a request kept open for ever leaves training launching every second ({min(per_second):.0f} >= 0.01 x {alone:.0f})")
+    check(max(per_second) <= 0.5 * alone, "and still holds it most of the time (the floor, not an off switch)")
+    check(holds["stuck"] >= 1 and holds["refused_ms"] > 0, "status counts the stuck request and the refused hold")
+
+
 def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
     {"latency": latency, "step": step, "transparent": transparent, "daemon-killed": daemon_killed,
      "realistic-mps": realistic_mps, "realistic-timeslice": realistic_timeslice, "floor": floor,
-     "fractional": fractional}[case](env)
+     "fractional": fractional, "hostile-holds": hostile_holds}[case](env)
     print(f"slo e2e {case}: ok")
 
 

@@ -9,11 +9,21 @@ Both use tandem's memory pool. The second job starts a second after the first.
   without  tandemd without TANDEM_ZICO: the peaks meet and a job runs out of memory
   zico     TANDEM_ZICO=1 (budget 240 MiB): both jobs finish every iteration; tandemd learned
            both curves and delayed iteration starts; the second job profiled while the first
-           waited at its trough
+           waited at its trough; neither started iterations without its permits
+  hostile  the two jobs beside a fake training client (the socket protocol and its own page)
+           that claims 1 PiB in use and registers anew every 0.4 s: each job keeps more than half
+           the rate it has beside the other alone (each iteration waited the full
+           TANDEM_ZICO_MAX_WAIT_MS before: 47 it/s fell to 0.2). Memory is counted per process
+           here (not SIMGPU_MEM_SHARED): this case is about holds, `zico` about fitting.
 """
+import mmap
+import os
+import struct
+import threading
 import time
 
 from e2e_util import check, last_json, run_case
+from hostile_daemon_e2e import HELLO, HELLO_OK, ask, connect
 
 GPU = {"SIMGPU_MEM_SHARED": "1", "SIMGPU_MEM_BYTES": str(288 << 20)}
 JOB = ["--mem-mb", "32", "--activations-mb", "120", "--compute-kernels", "8", "--kernel-us", "2000",
@@ -22,13 +32,16 @@ SECONDS = 4
 OUT_OF_MEMORY = 3  # train-sim's exit status when an activation cannot be allocated
 
 
-def two_jobs(env, **daemon_settings):
-    """Runs the two jobs beside tandemd; their exit statuses and last JSON lines, and the status
-    tandemd showed while both ran."""
-    env.base.update(GPU)
+def two_jobs(env, beside=None, shared=True, **daemon_settings):
+    """Runs the two jobs beside tandemd (and `beside(env, status)`, once the first registered); their exit
+    statuses and last JSON lines, and the status tandemd showed while both ran. `shared`: the
+    GPU's memory is one budget for both (else each process has its own)."""
+    env.base.update(GPU if shared else {"SIMGPU_MEM_BYTES": GPU["SIMGPU_MEM_BYTES"]})
     d = env.daemon("fill", **daemon_settings)
     jobs = [env.start("train-sim", "--seconds", str(SECONDS), *JOB, role="training", TANDEM_MEM_POOL="1")]
     time.sleep(1.0)
+    if beside:
+        beside(env, env.registered(jobs[0]))
     jobs.append(env.start("train-sim", "--seconds", str(SECONDS), *JOB, role="training", TANDEM_MEM_POOL="1"))
     time.sleep(SECONDS - 1.0)
     status = env.status()
@@ -65,7 +78,48 @@ def zico(env):
     check(all(150 << 20 <= j["peak_bytes"] <= 170 << 20 and 30 << 20 <= j["trough_bytes"] <= 40 << 20 for j in jobs),
           "each curve's peak is about 152 MiB and its trough about 32 MiB")
     check(sum(j["delayed_starts"] for j in jobs) > 0, "iteration starts were delayed")
+    check(not any(j["unruly"] for j in jobs),
+          f"both keep to their permits (starts without one: {[j['unpermitted_starts'] for j in jobs]})")
+
+
+def fake_job(stop):
+    """A training client that claims 1 PiB in use and registers anew every 0.4 s."""
+    def run(env, status):
+        uuid = status["gpus"][0]["uuid"]
+
+        def loop():
+            while not stop.is_set():
+                s = connect(env.socket)
+                kind, reply, fds = ask(s, HELLO, {"role": "training", "gpu": uuid})
+                if kind == HELLO_OK:
+                    page = mmap.mmap(fds[1], 256, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                    struct.pack_into("<QQ", page, 120, 1 << 50, 1 << 50)  # peak_bytes, bytes_in_use
+                for fd in fds:
+                    os.close(fd)
+                stop.wait(0.4)
+                s.close()
+        threading.Thread(target=loop, daemon=True).start()
+    return run
+
+
+def hostile(env):
+    settings = {"shared": False, "TANDEM_ZICO": "1", "TANDEM_ZICO_BUDGET": "240M"}
+    results, _ = two_jobs(env, **settings)
+    check(all(r[0] == 0 for r in results), f"the two jobs alone finish (exit statuses {[r[0] for r in results]})")
+    honest = [r[1]["iters_per_s"] for r in results]
+    stop = threading.Event()
+    results, status = two_jobs(env, fake_job(stop), **settings)
+    stop.set()
+    check(all(r[0] == 0 for r in results), f"beside the fake both jobs finish (exit statuses {[r[0] for r in results]})")
+    rates = [r[1]["iters_per_s"] for r in results]
+    zico_state = status["gpus"][0]["zico"]
+    print(f"iterations/s beside the fake: {rates[0]:.1f} and {rates[1]:.1f} (beside each other alone: "
+          f"{honest[0]:.1f} and {honest[1]:.1f}); newcomers held the others {zico_state.get('newcomers_held_ms', 0):.0f} ms")
+    check(all(r > 0.5 * h for r, h in zip(rates, honest)),
+          "each job keeps more than half its rate: the fake's claim and its registrations hold nobody for long")
+    check(max(j["peak_bytes"] for j in zico_state["jobs"]) <= 288 << 20, "no claim is taken past the GPU's size")
+    check(sum(j["delayed_starts"] for j in zico_state["jobs"]) > 0, "the two jobs are still shifted against each other")
 
 
 if __name__ == "__main__":
-    run_case({"without": without, "zico": zico})
+    run_case({"without": without, "zico": zico, "hostile": hostile})

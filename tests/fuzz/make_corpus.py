@@ -18,8 +18,12 @@ def op(kind, client=0, fds=0):
 
 
 def msg(name, payload, client=0, fds=0):
-    text = payload if isinstance(payload, str) else json.dumps(payload).replace('"$PID"', "$PID")
-    body = text.encode()
+    """payload: a dict (sent as JSON), a str, or bytes (sent as they are: not UTF-8, say)."""
+    if isinstance(payload, bytes):
+        body = payload
+    else:
+        text = payload if isinstance(payload, str) else json.dumps(payload).replace('"$PID"', "$PID")
+        body = text.encode()
     return op(MSG, client, fds) + bytes([TYPES[name]]) + struct.pack("<H", len(body)) + body
 
 
@@ -67,6 +71,17 @@ SEEDS = {
     "float-fields": msg("hello", {"pid": "$PID", "role": "inference", "gpu": GPU, "gpu_total_bytes": 1e300}) +
     msg("trace", {"since_ns": 1e30}) + hello("inference") + msg("pool_register", {"bytes": 1e30}, fds=MEMFD) +
     msg("pool_acquire", {"bytes": -1e30, "chunk_bytes": 2.5e19, "seq": -1.5, "wait_ms": 1e40}),
+    # Names a client chooses reach every other user's status and terminal (docs/security.md):
+    # a job name that is not UTF-8 (refused: not JSON), one with a newline, escape sequences, a
+    # C1 control and a right-to-left override (taken: two ranks form the job), then the status
+    # and the trace, whose replies must stay JSON.
+    "job-names": msg("hello", b'{"pid":$PID,"role":"training","gpu":"' + GPU.encode() +
+                     b'","gpu_total_bytes":1073741824,"job":"\xff\xfe-\xc3(","job_ranks":2}') +
+    msg("hello", b'{"pid":$PID,"role":"\xff","gpu":"' + GPU.encode() + b'"}', 1) +
+    b"".join(msg("hello", {"pid": "$PID", "role": "training", "gpu": GPU, "gpu_total_bytes": 1 << 30,
+                           "job": "j\nGPU forged\u001b[2J\u001b]0;owned\u0007\u009b31m\u202etxet", "job_ranks": 2},
+                 client) for client in (0, 1)) +
+    tick(2) + msg("status", "{}", 2) + msg("trace", {"since_ns": 0}, 2) + op(HANG_UP, 1) + msg("status", "{}", 2),
 }
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")

@@ -167,6 +167,40 @@ TEST_CASE("identity: the configuration file sets the socket, roles, caps and tru
   }
 }
 
+TEST_CASE("identity: configuration integers out of range are refused, naming the key, never wrapped", "[identity]") {
+  // 4294967296 as a uint32_t is 0: no slot cap, and uid 0, root (both were taken silently).
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"max_slots_per_user": 4294967296})", "max_slots_per_user: "},
+      {R"({"max_slots_per_user": 65})", "max_slots_per_user: "},
+      {R"({"max_slots_per_user": 1.5})", "max_slots_per_user: "},
+      {R"({"max_slots": {"root": 4294967296}})", "max_slots: root: "},
+      {R"({"max_slots": {"4294967296": 2}})", "max_slots: user id 4294967296 is out of range"},
+      {R"({"roles": {"training": ["user:4294967296"]}})", "roles: training: user id 4294967296 is out of range"},
+      {R"({"roles": {"inference": ["group:99999999999999999999"]}})", "roles: inference: group id"},
+      {R"({"quota_admins": ["user:4294967295"]})", "quota_admins: user id 4294967295 is out of range"},
+      {R"({"trust_domains": {"ml": ["group:4294967296"]}})", "trust_domains: ml: group id"},
+      {R"({"socket_owner": "4294967296"})", "socket_owner: user id"},
+      {R"({"socket_group": "18446744073709551617"})", "socket_group: group id"},
+      {R"({"socket_mode": "7777"})", "socket_mode: "},
+  };
+  for (const auto& [text, why] : bad) {
+    DaemonConfig c;
+    std::string error;
+    INFO(text);
+    CHECK_FALSE(apply_config(text, c, error));
+    CHECK(error.rfind(why, 0) == 0);
+    INFO(error);
+  }
+  // The largest values in range are taken as given.
+  DaemonConfig c;
+  std::string error;
+  REQUIRE(apply_config(R"({"max_slots_per_user": 64, "max_slots": {"4294967294": 0}, "roles": {"training": ["user:4294967294"]}})",
+                       c, error));
+  CHECK(c.server.access.max_slots_per_user == 64);
+  CHECK(c.server.access.max_slots.at(4294967294u) == 0);
+  CHECK(c.server.access.roles.at("training").uids == std::vector<uid_t>{4294967294u});
+}
+
 TEST_CASE("identity: pooled chunks never leave the trust domain that created or held them", "[identity]") {
   MemoryPool pool;
   const uint64_t chunk = 4 << 20;

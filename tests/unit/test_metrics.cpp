@@ -261,3 +261,24 @@ TEST_CASE("gpu usage: a GpuScheduler counts the others' completed work by state,
   CHECK(u.others_work_seconds(GpuState::bubble) == Approx(0.014).margin(1e-9));
   CHECK(u.training_retained() < 1.0);  // work while training computed cost it time
 }
+
+// A scraper asking without pause made tandemd send a thousand pages a second (each a copy of
+// an 800 KiB page with 250 processes). Now at most kPagesPerSecond pages (a burst of
+// kPageBurst) are sent, the others wait their turn, and every response is the one copy.
+TEST_CASE("daemon: at most 20 pages a second, later scrapes wait their turn", "[metrics][daemon]") {
+  tandem::test::RunningServer s(metrics_options("pages"));
+  const std::string address = s.server.metrics_address();
+  const size_t asked = MetricsHttpLimits::kPageBurst + 10;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> pages;
+  for (size_t i = 0; i < asked; ++i) pages.push_back(http_exchange(address, "GET /metrics HTTP/1.1\r\n\r\n"));
+  double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const std::string& p : pages) CHECK(p.rfind("HTTP/1.1 200 OK", 0) == 0);
+  // The ten past the burst waited for pages at 20 a second: half a second at least.
+  CHECK(elapsed_s >= 10.0 / MetricsHttpLimits::kPagesPerSecond * 0.9);
+  std::this_thread::sleep_for(std::chrono::nanoseconds(MetricsHttpLimits::kMinRenderIntervalNs + 50000000ull));
+  std::string counts = http_exchange(address, "GET /metrics HTTP/1.1\r\n\r\n");
+  size_t at = counts.find("\ntandem_metrics_page_waits_total ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(counts.substr(at + 33)) >= 5);
+}

@@ -198,3 +198,30 @@ TEST_CASE("daemon in-process: pool chunks come many to a message when the client
   close(maker.ours);
   close(taker.ours);
 }
+
+// A cgroup directory may be named with any bytes: a client in one that is not UTF-8 made every
+// status (tandemctl status, status --json, mem) fail with nlohmann's type_error 316 while it
+// stayed registered. The status document replaces such bytes with U+FFFD, and stays valid.
+TEST_CASE("daemon in-process: a client whose cgroup name is not UTF-8 does not break the status") {
+  scheduler::Server s(scheduler::ServerOptions{"", "fill", {}});
+  PairClient c = adopt(s);
+  scheduler::Client* client = s.client_by_fd_for_test(c.server);
+  REQUIRE(client);
+  client->peer.container = scheduler::container_from_cgroup("0::/user.slice/bad-\xff\xfe-\xc3(-name.scope\n");
+  REQUIRE(client->peer.container.cgroup == "/user.slice/bad-\xff\xfe-\xc3(-name.scope");
+  REQUIRE(send_message(c.ours, MessageType::hello, hello("batch-inference")));
+  REQUIRE(s.serve_client_for_test(c.server));
+  drain(c);
+  REQUIRE(send_message(c.ours, MessageType::status_request, "{}"));
+  REQUIRE(s.serve_client_for_test(c.server));
+  MessageHeader h{};
+  std::string reply;
+  REQUIRE(recv_message(c.ours, h, reply, 0) == RecvStatus::ok);
+  REQUIRE(h.type == static_cast<uint32_t>(MessageType::status_reply));
+  nlohmann::json status = nlohmann::json::parse(reply);  // throws on invalid UTF-8
+  REQUIRE(status["clients"].size() == 1);
+  CHECK(status["clients"][0]["container"]["cgroup"] == "/user.slice/bad-\xef\xbf\xbd\xef\xbf\xbd-\xef\xbf\xbd(-name.scope");
+  CHECK(s.invariant_violation_for_test().empty());
+  close(c.ours);
+  CHECK_FALSE(s.serve_client_for_test(c.server));
+}

@@ -262,6 +262,7 @@ TEST_CASE("GpuScheduler, policy slo: who is gated, and how much may be in flight
   auto request = [&](bool open) {
     gpu.segment().page(online)->requests_open = open ? 1 : 0;
     gpu.segment().page(online)->request_activity_ns = t;
+    gpu.segment().page(online)->slo_us = 100000;  // without a target a request holds nothing
   };
 
   // No training: batch inference is the best-effort job. Idle inference leaves it ungated.

@@ -1,10 +1,14 @@
-// tandemctl top's figures from two status documents, and its screen (src/ctl/top_view.h).
+// tandemctl top's figures from two status documents, and its screen (src/ctl/top_view.h); what
+// tandemctl prints to a terminal (src/ctl/terminal_text.h).
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "terminal_text.h"
 #include "top_view.h"
 
 using nlohmann::json;
+using tandem::ctl::cut_to;
+using tandem::ctl::terminal_text;
 using tandem::ctl::top_lines;
 using tandem::ctl::top_view;
 
@@ -117,4 +121,18 @@ TEST_CASE("top: the screen fits the terminal and shows no one's escape sequences
   auto gone = top_lines(nullptr, "no tandemd answers on /run/tandem/tandemd.sock", 80, 24);
   REQUIRE(gone.size() == 3);
   CHECK(gone[2].find("no tandemd answers") == 0);
+}
+
+TEST_CASE("terminal text: controls, bad bytes and bidirectional overrides are shown as escapes", "[top]") {
+  CHECK(terminal_text("plain: ascii 100%") == "plain: ascii 100%");
+  CHECK(terminal_text("a\nGPU forged") == "a\\nGPU forged");
+  CHECK(terminal_text("\x1b[2J\x1b]0;owned\x07\t\x7f") == "\\x1b[2J\\x1b]0;owned\\x07\\x09\\x7f");
+  CHECK(terminal_text("\xc2\x9b" "31m") == "\\u009b31m");             // C1 CSI, as UTF-8
+  CHECK(terminal_text("\xe2\x80\xae" "txet") == "\\u202etxet");      // right-to-left override
+  CHECK(terminal_text("\xff\xfe\xc3(") == "\\xff\\xfe\\xc3(");        // not UTF-8
+  CHECK(terminal_text("\xc0\xaf") == "\\xc0\\xaf");                  // an overlong '/'
+  CHECK(terminal_text("caf\xc3\xa9 \xe6\x97\xa5") == "caf\xc3\xa9 \xe6\x97\xa5");  // other UTF-8 kept
+  CHECK(cut_to("caf\xc3\xa9", 4) == "caf");  // never half a character
+  CHECK(cut_to("caf\xc3\xa9", 5) == "caf\xc3\xa9");
+  CHECK(cut_to("abc", 2) == "ab");
 }
