@@ -28,78 +28,17 @@ usage: device_plugin_e2e.py BUILD_DIR CASE
 """
 import json
 import os
-import signal
 import subprocess
-import threading
 import time
 
 from e2e_util import check, run_case, wait_for
+from fake_kubelet import Kubelet, nvidia
 
 # Short windows, so that a case takes seconds; hysteresis and margin as shipped.
 QUICK = {"fast_window_s": 1, "grow_after_s": 1, "min_interval_s": 2, "stale_after_s": 3}
 BUBBLY = ("--gap-us", "20000")  # 4 x 7 ms compute, 6 ms collective, 20 ms gap: 48% idle, 36% fillable
 BUSY = ("--comm-us", "0", "--gap-us", "0")  # no bubble at all
 BUBBLE, SLO = "tandem.io/bubble", "tandem.io/slo"
-
-
-class Kubelet:
-    """The fake kubelet: its events (JSON lines) collected by a thread, commands on stdin."""
-
-    def __init__(self, env):
-        self.dir = os.path.join(env.tmp, "kubelet", "device-plugins")
-        self.p = env.popen([os.path.join(env.build, "bin", "fake-kubelet"), self.dir], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.events, self.cond = [], threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            with self.cond:
-                self.events.append(json.loads(line))
-                self.cond.notify_all()
-
-    def mark(self):
-        with self.cond:
-            return len(self.events)
-
-    def wait(self, predicate, seconds=10.0, since=0):
-        """The first event from index `since` on that satisfies `predicate`, or None."""
-        deadline = time.monotonic() + seconds
-        with self.cond:
-            while True:
-                for e in self.events[since:]:
-                    if predicate(e):
-                        return e
-                if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
-                    return None
-
-    def command(self, line, seconds=15.0):
-        since = self.mark()
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-        name = line.split()[0]
-        self.wait(lambda e: e["event"] == "done" and e["command"] == name, seconds, since)
-        return since
-
-    def call(self, line):
-        """allocate / preferred: the answer's event."""
-        since = self.command(line)
-        return self.wait(lambda e: e["event"] == line.split()[0], 1, since)
-
-    def lists(self, resource, since=0):
-        with self.cond:
-            return [e for e in self.events[since:] if e["event"] == "devices" and e["resource"] == resource]
-
-    def healthy(self, resource, gpu, since=0):
-        """GPU `gpu`'s healthy devices in the last list of `resource` (None before any)."""
-        lists = self.lists(resource, since)
-        if not lists:
-            return None
-        return sum(1 for d in lists[-1]["devices"] if d["id"].startswith(nvidia(gpu)) and d["health"] == "Healthy")
-
-
-def nvidia(uuid):
-    return f"GPU-{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}"
 
 
 def tandemd(env, slots=None, policy="fill", expect_exit=False):
@@ -189,19 +128,22 @@ def registration(env):
 
 
 def bubbles(env):
-    # The short window as shipped (3 s): the 10 s goal is the real one.
-    _, k, _ = setup(env, dict(QUICK, fast_window_s=3, window_s=4))
+    # The short window as shipped (2 s): the 10 s goal is the real one.
+    _, k, _ = setup(env, dict(QUICK, fast_window_s=2, window_s=4, stale_after_s=10))
     filler = env.start("infer-sim", "--seconds", "60", "--closed-loop", role="batch-inference", CUDA_VISIBLE_DEVICES="1")
     t1, bubbly = start_bubbly(env, k)
     train(env, 0, BUSY)
     uuids = gpu_uuids(env, 2)
     [busy] = [u for u in uuids if u != bubbly]
-    time.sleep(5)
+    # Settled: two slots or more (on a loaded machine the share takes a few seconds to rise).
+    wait_for(lambda: (k.healthy(BUBBLE, bubbly) or 0) >= 2, 15)
+    time.sleep(1)
     since, settled = k.mark(), k.healthy(BUBBLE, bubbly)
     time.sleep(6)
     counts = [settled] + [sum(1 for d in e["devices"] if d["id"].startswith(nvidia(bubbly)) and
                                                 d["health"] == "Healthy") for e in k.lists(BUBBLE, since)]
     print(f"GPU {bubbly[:8]} bubble slots over 6 s of steady training: {counts}")
+    print("\n".join(l for l in plugin_log(env).splitlines() if " -> " in l))
     check(counts[0] >= 2, f"training with ~40% bubbles: {counts[0]} bubble slots (>= 2)")
     check(len(set(counts)) == 1, "the count holds still under a steady load")
     check(k.healthy(BUBBLE, busy) == 0, f"training without bubbles (GPU {busy[:8]}): 0 bubble slots")
@@ -263,14 +205,14 @@ def allocate(env):
 
 
 def tandemd_gone(env):
-    d, k, _ = setup(env, dict(QUICK, stale_after_s=5))
+    d, k, _ = setup(env, dict(QUICK, stale_after_s=8))
     _, uuid = start_bubbly(env, k)
     n = wait_for(lambda: k.healthy(BUBBLE, uuid), 5)
     d.kill()
     d.wait()
     since = k.mark()
     time.sleep(1)
-    tandemd(env, dict(QUICK, stale_after_s=5))  # training registers again on its own
+    tandemd(env, dict(QUICK, stale_after_s=8))  # training registers again on its own
     time.sleep(4)
     counts = [sum(1 for x in e["devices"] if x["id"].startswith(nvidia(uuid)) and x["health"] == "Healthy")
               for e in k.lists(BUBBLE, since)]
@@ -280,7 +222,7 @@ def tandemd_gone(env):
         if p.args[0].endswith("tandemd") and p.poll() is None:
             p.kill()
     start = time.monotonic()
-    gone = wait_for(lambda: k.healthy(BUBBLE, uuid) == 0, 10)
+    gone = wait_for(lambda: k.healthy(BUBBLE, uuid) == 0, 15)
     print(f"tandemd gone: 0 slots after {time.monotonic() - start:.1f} s")
     check(gone, "tandemd gone for longer: no slot offered")
     check("no tandemd answers" in plugin_log(env), "the plugin says tandemd does not answer")
