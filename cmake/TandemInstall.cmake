@@ -15,6 +15,10 @@ set(TANDEM_INSTALL_PRELOADDIR "${CMAKE_INSTALL_LIBDIR}/tandem" CACHE STRING
 install(TARGETS tandem LIBRARY DESTINATION ${TANDEM_INSTALL_PRELOADDIR} COMPONENT runtime)
 install(TARGETS tandemd RUNTIME DESTINATION ${CMAKE_INSTALL_SBINDIR} COMPONENT runtime)
 install(TARGETS tandemctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+# The Kubernetes device plugin (docs/kubernetes.md), where gRPC was found to build it.
+if(TARGET tandem-device-plugin)
+  install(TARGETS tandem-device-plugin RUNTIME DESTINATION ${CMAKE_INSTALL_SBINDIR} COMPONENT runtime)
+endif()
 # The client API (request markers, memory-pressure callback) for servers that call it.
 install(FILES include/tandem/client.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tandem COMPONENT runtime)
 # PyTorch's side of memory quotas: importable from here (PYTHONPATH) or copied into an image.

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="build-essential cmake catch2 libfmt-dev nlohmann-json3-dev libunwind-dev python3 python3-pip python3-matplotlib valgrind passwd dpkg-dev systemd python3-seccomp prometheus ${TANDEM_EXTRA_PACKAGES:-}"
+packages="build-essential cmake catch2 libfmt-dev nlohmann-json3-dev libunwind-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3 python3-pip python3-matplotlib valgrind passwd dpkg-dev systemd python3-seccomp prometheus ${TANDEM_EXTRA_PACKAGES:-}"
 missing=""
 for p in $packages; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -6,8 +6,9 @@
 # TANDEM_TEST_SANITIZERS=0, runs only that ctest selection.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON ${TANDEM_CMAKE_ARGS:-}" TANDEM_EXTRA_PACKAGES="clang libclang-rt-dev" \
-  scripts/setup.sh
+# podman, runc and mmdebstrap for the real-container test (e2e_containers_*, docs/kubernetes.md).
+TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON ${TANDEM_CMAKE_ARGS:-}" \
+  TANDEM_EXTRA_PACKAGES="clang libclang-rt-dev podman runc mmdebstrap" scripts/setup.sh
 # PyTorch for the e2e_torch_* tests (.venv/; fast when already there). If it cannot be created
 # those tests are skipped and say why; everything else still runs.
 scripts/setup-venv.sh || echo "test: the PyTorch venv could not be created; the PyTorch tests will be skipped" >&2

@@ -99,6 +99,7 @@ bool apply_key(const std::string& key, const nlohmann::json& v, DaemonConfig& c,
     if (!parse_principals(v, p, error)) return false;
     return access.quota_admins = p, true;
   }
+  if (key == "slots") return apply_slot_config(v, s.scheduler.slots, error);  // docs/kubernetes.md
   if (key == "max_slots_per_user" && v.is_number()) return parse_slots(v, access.max_slots_per_user, error);
   if (key == "max_slots" && v.is_object()) {
     for (const auto& [user, n] : v.items()) {

@@ -16,7 +16,8 @@ void wake(tandem_slot& s) { futex_bump_and_wake(&s.wake); }
 
 GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
     : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill), slo_(params.slo),
-      holds_({RequestHoldParams{}.window_ns, params.slo.controller.min_duty}), zico_(params.period_ns) {
+      holds_({RequestHoldParams{}.window_ns, params.slo.controller.min_duty}), zico_(params.period_ns),
+      capacity_(params.slots) {
   if (segment_.ok()) {
     segment_.shm()->sample_us = params.period_ns / 1000;
     segment_.shm()->policy = params.policy;
@@ -192,6 +193,12 @@ void GpuScheduler::tick(uint64_t now_ns) {
   }
   usage_.update(now_ns, !training ? GpuState::no_training : phase == GpuPhase::bubble ? GpuState::bubble : GpuState::busy,
                 slo && slo_.active() ? slo_.duty() : 1.0, others_work);
+  // Fillers run in the bubble once the fill policy grants (its phase as of the last tick);
+  // training held back by policy slo is no bubble: online inference has that time.
+  const FillPhase filling = policy_.phase();
+  capacity_.update(now_ns, !training ? GpuState::no_training : phase == GpuPhase::bubble ? GpuState::bubble : GpuState::busy,
+                   (filling == FillPhase::incremental || filling == FillPhase::stable) && !(slo && slo_.gating()),
+                   static_cast<uint32_t>(fillers_.size()));
   check_admission(shm, now_ns);
   if (params_.zico) step_zico(shm, now_ns);
   if (!training) return;

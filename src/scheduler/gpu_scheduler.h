@@ -12,6 +12,7 @@
 
 #include "bubble_detector.h"
 #include "fill_policy.h"
+#include "gpu_capacity.h"
 #include "gpu_segment.h"
 #include "gpu_usage.h"
 #include "request_holds.h"
@@ -32,6 +33,8 @@ struct SchedulerParams {
   bool zico = false;
   uint64_t zico_budget_bytes = 0;
   double zico_budget_percent = 95;
+  // The Kubernetes slots (tandemd --config "slots"): the capacity windows and the pressure.
+  SlotConfig slots;
 };
 
 class GpuScheduler {
@@ -79,6 +82,8 @@ class GpuScheduler {
   const std::vector<std::string>& refusals() const { return refusals_; }
   // Where the GPU's time went, for the metrics (gpu_usage.h).
   const GpuUsage& usage() const { return usage_; }
+  // The room it has for fillers, and its pressure (gpu_capacity.h).
+  const GpuCapacity& capacity() const { return capacity_; }
 
  private:
   SchedulerParams params_;
@@ -119,6 +124,7 @@ class GpuScheduler {
   uint64_t tightest_target_ns_ = 0;
   uint64_t ticks_ = 0, tick_ns_total_ = 0;
   GpuUsage usage_;
+  GpuCapacity capacity_;
   // The other clients' completed GPU work as last read, per slot (and the slot's generation:
   // a new client's count starts from zero).
   std::array<uint64_t, TANDEM_MAX_SLOTS> others_completed_{};

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "capacity_status.h"
 #include "daemon_limits.h"
 #include "futex.h"
 #include "json_fields.h"
@@ -194,6 +195,12 @@ Server::Holdings Server::holdings() const {
   return h;
 }
 
+double Server::node_pressure() const {
+  double most = 0;
+  for (const auto& [uuid, g] : gpus_) most = std::max(most, g->capacity().pressure());
+  return most;
+}
+
 void Server::tick_all(uint64_t now_ns) {
   for (auto& [uuid, g] : gpus_) g->tick(now_ns);
   hold_collectives();
@@ -292,6 +299,7 @@ std::string Server::status_json() const {
                     {"admission_refused", g->refusals()},
                     {"slo", slo},
                     {"pool", pool_status(uuid)},
+                    {"capacity", capacity_status(*g)},
                     {"slots", slots}});
   }
   Holdings held = holdings();
@@ -303,6 +311,8 @@ std::string Server::status_json() const {
                         {"socket", options_.socket_path},
                         {"uptime_s", static_cast<double>(now - started_ns_) / 1e9},
                         {"metrics", metrics_.address()},
+                        {"pressure", node_pressure()},
+                        {"kubernetes_slots", slot_config_json(options_.scheduler.slots)},
                         {"holds",
                          {{"clients", held.clients}, {"gpus", held.gpus}, {"pool_chunks", held.pool_chunks},
                           {"passed_fds", held.passed_fds}, {"orphan_processes", held.orphan_processes},

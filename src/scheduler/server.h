@@ -53,6 +53,8 @@ class Server {
   void stop();
   // The status document (docs/daemon.md).
   std::string status_json() const;
+  // The node's pressure (docs/kubernetes.md): its GPUs' most, in [0, 1].
+  double node_pressure() const;
   // The Prometheus page (server_metrics.cpp, docs/metrics.md).
   std::string metrics_text() const;
   // Where the metrics endpoint listens ("" without one), e.g. "127.0.0.1:9433".

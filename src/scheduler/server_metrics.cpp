@@ -203,6 +203,17 @@ std::string Server::metrics_text() const {
   gpu_gauge("tandem_gpu_memory_total_bytes", Type::gauge, "The GPU's memory, as its first trusted client reported it.",
             [](const GpuScheduler& g) { return static_cast<double>(const_cast<GpuScheduler&>(g).segment().shm()->gpu_total_bytes); });
 
+  // Room for Kubernetes slots and the pressure on it (docs/kubernetes.md).
+  gpu_gauge("tandem_gpu_bubble_share_ratio", Type::gauge,
+            "Share of the GPU's time fillers could use beside training, over the short window (slots.fast_window_s).",
+            [](const GpuScheduler& g) { return g.capacity().bubble_share(); });
+  gpu_gauge("tandem_gpu_pressure_ratio", Type::gauge,
+            "How far the GPU's fillers exceed the room it had over the long window (slots.window_s): 0 they fit, 1 none.",
+            [](const GpuScheduler& g) { return g.capacity().pressure(); });
+  w.family("tandem_node_pressure_ratio", Type::gauge,
+           "The node's pressure, its GPUs' most: what a descheduler moves best-effort pods away on (deploy/kubernetes/descheduler).");
+  w.sample({}, node_pressure());
+
   // Policy slo (GPUs under fill have no sample).
   const auto slo_gauge = [&](std::string_view name, Type type, std::string_view help, auto value) {
     w.family(name, type, help);

@@ -276,14 +276,14 @@ uint64_t next_key(uint64_t comm, int n_ranks) {
   return it->second.index << 40 | (++it->second.collectives & ((1ull << 40) - 1));
 }
 
-bool alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+bool alive(int32_t pid) { return process_alive(pid); }  // a process id of process_identity.cpp
 
 // Records that this rank reached a point of collective `key` (started it, or finished its
 // transfer: `rows`) and waits for the others; returns when the last got there.
 void meet(const Collective& c, uint64_t key, Arrival (&rows)[kMaxRanks][kWindow][kMaxRanks]) {
   // A peer can be at most kWindow collectives ahead: it waits for this rank at each of them.
   auto& row = rows[c.n_ranks - 1][key % kWindow];
-  row[c.rank].pid.store(getpid(), std::memory_order_relaxed);
+  row[c.rank].pid.store(process_id(), std::memory_order_relaxed);
   row[c.rank].key.store(key, std::memory_order_release);
   uint64_t deadline = now_ns() + kWaitLimitNs;
   for (;;) {

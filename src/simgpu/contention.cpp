@@ -10,8 +10,9 @@
 //  * mps: processes run together; a kernel advances at min(1, SMs / SMs in use), so each
 //    slows in proportion to the oversubscription while it lasts.
 // Within a process, kernels of different streams overlap while SMs allow (min(grid, SMs)).
-// No lock is held across processes: every process has a slot (pid, SMs in use, waiting) that
-// a dead process's successor reclaims by pid liveness, and a dead owner is replaced.
+// No lock is held across processes: every process has a slot (its id, SMs in use, waiting)
+// that a dead process's successor reclaims, and a dead owner is replaced (ids and liveness
+// across PID namespaces: process_identity.cpp).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -50,7 +51,7 @@ struct SharedGpu {
 
 SharedGpu g_private[kMaxDevices];  // fallback when shared memory is unavailable
 
-bool alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+bool alive(int32_t pid) { return process_alive(pid); }  // a process id of process_identity.cpp
 
 // Lock-free once mapped. A stream worker may be mapping when the process forks: the child then
 // gets the mutex unlocked (ProcessMutex) and maps the segment itself.
@@ -89,7 +90,7 @@ SharedGpu* shared_gpu(int device) {
 
 // This process's slot: found by pid, or claimed from a free or dead process's slot.
 Slot* my_slot(SharedGpu* gpu) {
-  int32_t me = getpid();
+  int32_t me = process_id();
   for (Slot& s : gpu->slots)
     if (s.pid.load() == me) return &s;
   for (Slot& s : gpu->slots) {
@@ -137,7 +138,7 @@ LocalGpu g_local[kMaxDevices];
 // Timeslice: waits until this process owns the GPU. A process that just yielded for a waiter
 // lets the waiter take over before competing again.
 void acquire_ownership(SharedGpu* gpu, Slot* slot) {
-  int32_t me = getpid();
+  int32_t me = process_id();
   if (gpu->owner_pid.load() == me) return;
   if (slot) slot->waiting.fetch_add(1);
   uint64_t last_check = 0, yielded_at = now_ns();
@@ -171,7 +172,7 @@ void acquire_ownership(SharedGpu* gpu, Slot* slot) {
 // context was the last to run. Returns that cost: the GPU does nothing useful meanwhile, and
 // this process's slice starts once its context is loaded.
 uint64_t context_switch_ns(SharedGpu* gpu) {
-  int32_t me = getpid();
+  int32_t me = process_id();
   int32_t previous = gpu->last_ran.exchange(me);
   uint64_t cost = settings().context_switch_ns;
   if (previous == me || previous == 0 || cost == 0) return 0;
@@ -180,14 +181,14 @@ uint64_t context_switch_ns(SharedGpu* gpu) {
 }
 
 void release_ownership(SharedGpu* gpu, bool for_waiter) {
-  int32_t me = getpid();
+  int32_t me = process_id();
   if (for_waiter) gpu->yielded_by.store(me);
   int32_t expected = me;
   gpu->owner_pid.compare_exchange_strong(expected, 0);
 }
 
 void run_timeslice(SharedGpu* gpu, Slot* slot, uint64_t work_ns) {
-  int32_t me = getpid();
+  int32_t me = process_id();
   uint64_t done = 0;
   while (done < work_ns) {
     acquire_ownership(gpu, slot);
@@ -215,7 +216,7 @@ void run_timeslice(SharedGpu* gpu, Slot* slot, uint64_t work_ns) {
 // A kernel has finished: the GPU is given up when it was the process's last unfinished kernel
 // (`last`), else kept for the others while its slice lasts.
 void end_of_kernel(SharedGpu* gpu, bool last) {
-  int32_t me = getpid();
+  int32_t me = process_id();
   if (last) release_ownership(gpu, others_waiting(gpu, me));
   else if (now_ns() - gpu->owner_since_ns.load() >= settings().timeslice_ns && others_waiting(gpu, me))
     release_ownership(gpu, true);

@@ -20,7 +20,7 @@ constexpr int kMaxDevices = 16;
 ProcessMemoryTable* g_tables[kMaxDevices];
 bool g_unavailable[kMaxDevices];
 
-bool alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+bool alive(int32_t pid) { return process_alive(pid); }  // a process id of process_identity.cpp
 
 ProcessMemoryTable* table(int device) {
   if (g_tables[device] || g_unavailable[device]) return g_tables[device];
@@ -47,7 +47,7 @@ ProcessMemoryTable* table(int device) {
 
 // This process's row, by pid (a forked child has its own), or a free or dead process's row.
 ProcessMemoryRow* my_row(ProcessMemoryTable* t) {
-  int32_t me = getpid();
+  int32_t me = process_id();
   for (ProcessMemoryRow& r : t->rows)
     if (r.pid.load() == me) return &r;
   for (ProcessMemoryRow& r : t->rows) {
@@ -72,7 +72,7 @@ uint64_t others_memory_use(int device) {
   if (device < 0 || device >= kMaxDevices) return 0;
   int saved_errno = errno;
   uint64_t sum = 0;
-  int32_t me = getpid();
+  int32_t me = process_id();
   if (ProcessMemoryTable* t = table(device))
     for (ProcessMemoryRow& r : t->rows) {
       int32_t pid = r.pid.load();

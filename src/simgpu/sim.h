@@ -39,6 +39,12 @@ class ProcessMutex : public std::mutex {
 };
 void unlock_process_mutexes_in_child();
 
+// ---- processes of the simulated GPU (process_identity.cpp) ----
+// This process's id in the GPU's shared tables, unique across PID namespaces (containers), and
+// whether the process of an id is alive. Not pids: see process_identity.cpp.
+int32_t process_id();
+bool process_alive(int32_t id);
+
 // ---- settings (settings.cpp) ----
 struct Settings {
   int devices = 1;

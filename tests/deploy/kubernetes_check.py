@@ -6,10 +6,15 @@
     against a schema of the Prometheus Operator's fields that we use (the validator has no
     schemas of custom resources);
   * what a schema cannot see: names that refer to each other (volumes, ports, selectors, the
-    ConfigMap), the kustomization's list against the files, tandemd's configuration (parsed by
-    tandemd itself), the example pods' TANDEM_* variables against the settings table
-    (`tandemctl settings --json`), the library and socket they mount against the DaemonSet's,
-    and the DaemonSet's privileges (hostPID, not privileged, limits, probes, metrics port).
+    ConfigMap, priority classes), the kustomization's list against the files, tandemd's
+    configuration (parsed by tandemd itself), the example pods' TANDEM_* variables against the
+    settings table (`tandemctl settings --json`), the library and socket they mount against the
+    DaemonSet's, and the DaemonSet's privileges (hostPID, not privileged, limits, probes,
+    metrics port);
+  * the device plugin beside tandemd (its sockets, the kubelet's directories, the library it
+    hands out), the pods that ask for its slots (one resource, what Allocate sets left to it,
+    the socket's group), and the descheduler policy (a Prometheus query of a metric tandemd
+    exports, evicting only the example filler) (docs/kubernetes.md).
 
 Cases:
   valid   the repository's manifests have no problem
@@ -175,6 +180,94 @@ def mount_of(spec, container, path):
     return None
 
 
+SLOT_RESOURCES = ("tandem.io/bubble", "tandem.io/slo")
+# What Allocate sets in a container given a slot (src/k8s/allocate.cpp): a pod does not.
+ALLOCATED = ("TANDEM_ROLE", "LD_PRELOAD", "TANDEM_SOCKET", "TANDEM_MEM_LIMIT", "NVIDIA_VISIBLE_DEVICES")
+
+
+def slot_resources(container):
+    limits = container.get("resources", {}).get("limits", {})
+    return [r for r in SLOT_RESOURCES if r in limits]
+
+
+def option(command, flag):
+    return command[command.index(flag) + 1] if flag in command and command.index(flag) + 1 < len(command) else None
+
+
+def device_plugin_problems(ds_spec, host_paths, socket):
+    problems = []
+    say = problems.append
+    plugin = next((c for c in ds_spec.get("containers", []) if c.get("name") == "device-plugin"), None)
+    if plugin is None:
+        return ["DaemonSet: no container named device-plugin (tandem-device-plugin, docs/kubernetes.md)"]
+    command = plugin.get("command", []) + plugin.get("args", [])
+    if not command or command[0] != "tandem-device-plugin":
+        say("DaemonSet: the device-plugin container must run tandem-device-plugin")
+    def host_dir(path):
+        return host_paths.get((mount_of(ds_spec, plugin, path + "/x") or {}).get("name"))
+    kubelet_dir = option(command, "--kubelet-dir") or "/var/lib/kubelet/device-plugins"
+    if host_dir(kubelet_dir) != "/var/lib/kubelet/device-plugins":
+        say(f"DaemonSet: the device plugin's --kubelet-dir {kubelet_dir} is not the kubelet's "
+            f"/var/lib/kubelet/device-plugins from the node")
+    pod_resources = os.path.dirname(kubelet_dir) + "/pod-resources"
+    if host_dir(pod_resources) != "/var/lib/kubelet/pod-resources":
+        say(f"DaemonSet: the device plugin needs the kubelet's pod-resources directory at {pod_resources}")
+    plugin_socket = option(command, "--socket")
+    if socket and (plugin_socket != socket or host_dir(os.path.dirname(socket)) is None):
+        say(f"DaemonSet: the device plugin's --socket {plugin_socket} is not tandemd's {socket} from the node")
+    library = option(command, "--library-dir") or "/var/lib/tandem/lib"
+    if library != host_paths.get("library"):
+        say(f"DaemonSet: the device plugin's --library-dir {library} is not the library hostPath "
+            f"{host_paths.get('library')} the init container fills")
+    return problems
+
+
+def descheduler_problems(manifests, metrics, fillers):
+    """The descheduler's policy: a query of a metric tandemd exports, evicting fillers only."""
+    import yaml
+    problems = []
+    say = problems.append
+    maps = [(p, d) for p, d in objects(manifests, "ConfigMap") if p.startswith("descheduler")]
+    if len(maps) != 1 or "policy.yaml" not in maps[0][1].get("data", {}):
+        return ["descheduler/: expected one ConfigMap with a policy.yaml"]
+    path, cm = maps[0]
+    policy = yaml.safe_load(cm["data"]["policy.yaml"])
+    if policy.get("apiVersion") != "descheduler/v1alpha2" or policy.get("kind") != "DeschedulerPolicy":
+        say(f"{path}: policy.yaml is not a descheduler/v1alpha2 DeschedulerPolicy")
+    if not any(m.get("source") == "Prometheus" and (m.get("prometheus") or {}).get("url")
+               for m in policy.get("metricsProviders") or []):
+        say(f"{path}: no Prometheus metrics provider with a url")
+    plugins = {c.get("name"): c.get("args") or {} for prof in policy.get("profiles") or []
+               for c in prof.get("pluginConfig") or []}
+    enabled = {n for prof in policy.get("profiles") or []
+               for n in ((prof.get("plugins") or {}).get("balance") or {}).get("enabled") or []}
+    lnu = plugins.get("LowNodeUtilization")
+    if lnu is None or "LowNodeUtilization" not in enabled:
+        return problems + [f"{path}: LowNodeUtilization is not configured and enabled"]
+    for key in ("thresholds", "targetThresholds"):
+        if set((lnu.get(key) or {})) != {"MetricResource"}:
+            say(f"{path}: LowNodeUtilization {key} must name only MetricResource (a Prometheus query's value)")
+    low, high = (lnu.get("thresholds") or {}).get("MetricResource"), (lnu.get("targetThresholds") or {}).get("MetricResource")
+    if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high <= 100):
+        say(f"{path}: thresholds {low} and {high} must be percentages, the first not above the second")
+    query = ((lnu.get("metricsUtilization") or {}).get("prometheus") or {}).get("query", "")
+    if (lnu.get("metricsUtilization") or {}).get("source") != "Prometheus":
+        say(f"{path}: metricsUtilization must read Prometheus")
+    named = set(re.findall(r"\btandem_[a-z_]+\b", query))
+    if not named or not named <= metrics or "instance" not in query:
+        say(f"{path}: the query {query!r} must read metrics tandemd exports (docs/metrics.md), per `instance`")
+    selector = ((plugins.get("DefaultEvictor") or {}).get("labelSelector") or {}).get("matchLabels") or {}
+    chosen = [name_of(d) for _, d in fillers
+              if selector and all(d["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())]
+    others = [name_of(d) for _, d in objects(manifests, "Pod") if selector and name_of(d) not in
+              {name_of(f) for _, f in fillers} and all(d["metadata"].get("labels", {}).get(k) == v
+                                                        for k, v in selector.items())]
+    if not chosen or others:
+        say(f"{path}: the evictor's labelSelector {selector} must select the fillers and nothing else "
+            f"(selects {chosen + others})")
+    return problems
+
+
 def reference_problems(manifests, build):
     problems = []
     say = problems.append
@@ -250,6 +343,8 @@ def reference_problems(manifests, build):
                 if socket and config.get("socket", socket) != socket:
                     say(f"ConfigMap: tandemd's socket {config.get('socket')} is not the probes' {socket}")
 
+    problems += device_plugin_problems(ds_spec, host_paths, socket)
+
     # The Service selects the DaemonSet's pods and names its port; the ServiceMonitor the Service.
     services = [d for _, d in objects(manifests, "Service")]
     for svc in services:
@@ -289,18 +384,48 @@ def reference_problems(manifests, build):
                 if ns != k.get("namespace"):
                     say(f"{p}: {name_of(d)} is in namespace {ns!r}, not the kustomization's {k.get('namespace')!r}")
 
-    # The example pods: tandem's variables, the node's library and socket, the socket's group.
+    # The example pods: tandem's variables, the node's library and socket, the socket's group;
+    # a pod given a slot gets the role, preload, socket and library from the device plugin.
     settings = json.loads(subprocess.run([os.path.join(build, "bin", "tandemctl"), "settings", "--json"],
                                          capture_output=True, text=True, timeout=10, check=True).stdout)
     known = {s["name"]: s for s in settings["settings"]}
     roles = set(known["TANDEM_ROLE"]["accepted"].split("|"))
     pods = list(objects(manifests, "Pod"))
-    if not any(any(e.get("name") == "TANDEM_ROLE" and e.get("value") == r for c in containers(pod_spec(d))
-                   for e in c.get("env", [])) for _, d in pods for r in ("training",)) \
-            or not any(e.get("value") == "inference" for _, d in pods for c in containers(pod_spec(d))
-                       for e in c.get("env", []) if e.get("name") == "TANDEM_ROLE"):
-        say("examples: need a training pod and an inference pod")
+
+    def role_of(c):
+        slots = slot_resources(c)
+        if slots:
+            return "batch-inference" if slots == ["tandem.io/bubble"] else "inference"
+        return {e.get("name"): e.get("value") for e in c.get("env", [])}.get("TANDEM_ROLE")
+    pod_roles = {role_of(c) for _, d in pods for c in containers(pod_spec(d))}
+    if not {"training", "inference", "batch-inference"} <= pod_roles:
+        say(f"examples: need a training pod, an inference pod and a filler pod (roles {sorted(filter(None, pod_roles))})")
+    fillers = [(p, d) for p, d in pods if any(slot_resources(c) == ["tandem.io/bubble"] for c in containers(pod_spec(d)))]
+    classes = {d["metadata"]["name"] for _, d in objects(manifests, "PriorityClass")}
     for path, d in pods:
+        wanted = pod_spec(d).get("priorityClassName")
+        if wanted and wanted not in classes | {"system-node-critical", "system-cluster-critical"}:
+            say(f"{path}: priorityClassName {wanted} is no PriorityClass of the manifests")
+    for path, d in pods:
+        spec = pod_spec(d)
+        for c in containers(spec):
+            slots = slot_resources(c)
+            if len(slots) > 1:
+                say(f"{path}: container {c.get('name')} asks for {slots}: one of them (each sets TANDEM_ROLE)")
+            if not slots:
+                continue
+            env = {e.get("name") for e in c.get("env", [])}
+            for name in ALLOCATED:
+                if name in env:
+                    say(f"{path}: {name} is set by the device plugin's Allocate for a pod given a slot; leave it out")
+            group = config.get("socket_group")
+            if group and int(group) not in spec.get("securityContext", {}).get("supplementalGroups", []):
+                say(f"{path}: a pod given a slot reaches tandemd's socket only with its group {group} in "
+                    f"supplementalGroups")
+    problems += descheduler_problems(manifests, exported_metrics(), fillers)
+    for path, d in pods:
+        if any(slot_resources(c) for c in containers(pod_spec(d))):
+            continue
         spec = pod_spec(d)
         for term in spec.get("affinity", {}).get("podAffinity", {}).get(
                 "requiredDuringSchedulingIgnoredDuringExecution", []):
@@ -332,6 +457,13 @@ def reference_problems(manifests, build):
     return problems
 
 
+def exported_metrics():
+    """The metric families tandemd exports, as docs/metrics.md lists them (e2e_metrics_names
+    checks that list against a running tandemd)."""
+    with open(os.path.join(REPO, "docs", "metrics.md")) as f:
+        return set(re.findall(r"^\| `(tandem_[a-z_]+)`", f.read(), re.M))
+
+
 def problems_of(manifests, build):
     return schema_problems(manifests) + reference_problems(manifests, build)
 
@@ -358,7 +490,7 @@ def case_valid(build):
     p = subprocess.run([kubectl, "kustomize", MANIFESTS], capture_output=True, text=True, timeout=60)
     check(p.returncode == 0, f"kubectl kustomize builds deploy/kubernetes: {p.stderr.strip()[:300]}")
     built = {"built.yaml": [d for d in yaml.safe_load_all(p.stdout) if d]}
-    listed = {name_of(d) for path, d in objects(manifests) if not path.startswith("examples")
+    listed = {name_of(d) for path, d in objects(manifests) if os.path.dirname(path) == ""
               and d.get("kind") != "Kustomization"}
     check({name_of(d) for _, d in objects(built)} == listed, f"into the objects of its files: {sorted(listed)}")
     problems = schema_problems(built)
@@ -371,6 +503,26 @@ def first(manifests, kind, path=None):
 
 def ds_container(m):
     return first(m, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+
+
+def plugin_container(m):
+    return first(m, "DaemonSet")["spec"]["template"]["spec"]["containers"][1]
+
+
+def plugin_command(m):
+    return plugin_container(m)["command"]
+
+
+def slot_env(m, name):
+    return first(m, "Pod", os.path.join("examples", name))["spec"]["containers"][0].setdefault("env", [])
+
+
+def descheduler_policy(m, change):
+    import yaml
+    cm = first(m, "ConfigMap", os.path.join("descheduler", "policy.yaml"))
+    policy = yaml.safe_load(cm["data"]["policy.yaml"])
+    change(policy)
+    cm["data"]["policy.yaml"] = yaml.safe_dump(policy)
 
 
 def training_env(m):
@@ -403,9 +555,23 @@ BREAKAGES = [
         resource=first(m, "Kustomization").pop("resources")), "resource"),
     ("a kustomization listing a missing file",
      lambda m: first(m, "Kustomization")["resources"].append("rbac.yaml"), "rbac.yaml"),
-    ("an affinity to no pod", lambda m: first(m, "Pod", os.path.join("examples", "inference-pod.yaml"))["spec"][
-        "affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"].update(
-        matchLabels={"app.kubernetes.io/name": "tandem-training"}), "pod affinity"),
+    ("a device plugin handing out another library directory",
+     lambda m: plugin_command(m).__setitem__(plugin_command(m).index("--library-dir") + 1, "/opt/lib"), "--library-dir"),
+    ("a device plugin without the kubelet's directory",
+     lambda m: plugin_container(m)["volumeMounts"].pop(1), "--kubelet-dir"),
+    ("a slot pod setting its own role", lambda m: slot_env(m, "filler-pod.yaml").append(
+        {"name": "TANDEM_ROLE", "value": "batch-inference"}), "set by the device plugin"),
+    ("a slot pod without the socket's group", lambda m: first(m, "Pod", os.path.join("examples", "filler-pod.yaml"))[
+        "spec"]["securityContext"].pop("supplementalGroups"), "supplementalGroups"),
+    ("a pod asking for both slots", lambda m: first(m, "Pod", os.path.join("examples", "inference-pod.yaml"))["spec"][
+        "containers"][0]["resources"]["limits"].update({"tandem.io/bubble": 1}), "one of them"),
+    ("a priority class that does not exist", lambda m: first(m, "Pod", os.path.join("examples", "filler-pod.yaml"))[
+        "spec"].update(priorityClassName="tandem-fill"), "priorityClassName"),
+    ("a descheduler query of a metric tandemd does not export", lambda m: descheduler_policy(m, lambda p: p[
+        "profiles"][0]["pluginConfig"][1]["args"]["metricsUtilization"]["prometheus"].update(
+        query="max by (instance) (tandem_node_presure_ratio)")), "must read metrics tandemd exports"),
+    ("a descheduler evicting every pod", lambda m: descheduler_policy(m, lambda p: p["profiles"][0]["pluginConfig"][0][
+        "args"].pop("labelSelector")), "labelSelector"),
     ("a preload from elsewhere", lambda m: next(e for e in training_env(m) if e["name"] == "LD_PRELOAD").update(
         value="/usr/lib/libtandem.so"), "LD_PRELOAD"),
 ]

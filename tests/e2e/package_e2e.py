@@ -47,12 +47,14 @@ LIBRARY = "/usr/lib/tandem/libtandem.so"
 EXPOSURE_MAX = 20  # systemd-analyze security's --threshold: its exposure level times 10
 
 
-def expected_files():
+def expected_files(build):
     """Every file a /usr install holds, relative to the DESTDIR."""
     files = {"usr/lib/tandem/libtandem.so", "usr/sbin/tandemd", "usr/bin/tandemctl", "usr/include/tandem/client.h",
              "usr/share/tandem/python/tandem_torch.py", "usr/share/doc/tandem/README.md",
              "usr/share/doc/tandem/LICENSE", "usr/lib/systemd/system/tandemd.service", "etc/tandem/tandemd.json"}
     files |= {f"usr/share/doc/tandem/docs/{d}" for d in os.listdir(os.path.join(ROOT, "docs")) if d.endswith(".md")}
+    if os.path.exists(os.path.join(build, "bin", "tandem-device-plugin")):  # built where gRPC is (docs/kubernetes.md)
+        files.add("usr/sbin/tandem-device-plugin")
     return files
 
 
@@ -66,7 +68,7 @@ def layout_case(build):
         r = subprocess.run(["cmake", "--install", build, "--prefix", "/usr"], env=dict(os.environ, DESTDIR=dest),
                            capture_output=True, text=True, timeout=120)
         check(r.returncode == 0, f"cmake --install into a DESTDIR {r.stderr[-500:]}")
-        files, want = installed_files(dest), expected_files()
+        files, want = installed_files(dest), expected_files(build)
         check(files == want, f"exactly the expected files (missing {sorted(want - files)}, extra {sorted(files - want)})")
         libraries = [f for f in files if ".so" in os.path.basename(f)]
         check(libraries == ["usr/lib/tandem/libtandem.so"], f"no library but libtandem.so (no simulated driver): {libraries}")
