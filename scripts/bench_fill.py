@@ -2,7 +2,10 @@
 """Fill-policy benchmark on the simulated GPU (or the real one with --real): training
 throughput retained and bubble utilization with 1, 2 and 4 batch-inference fillers, and the
 time from a bubble's detection to the first token grant. Prints JSON lines.
-usage: scripts/bench_fill.py [BUILD_DIR] [--seconds S] [--real]"""
+--workload pytorch: the same with examples/pytorch/train.py and serve.py (from the project's
+venv) instead of train-sim and infer-sim, per configuration (Exclusive, Co-Exec time
+slicing, Co-Exec MPS, tandem): scripts/bench_fill_pytorch.py.
+usage: scripts/bench_fill.py [BUILD_DIR] [--seconds S] [--real] [--workload sim|pytorch]"""
 import json
 import os
 import subprocess
@@ -18,6 +21,16 @@ def last_json(text):
 def main():
     args = sys.argv[1:]
     build = args[0] if args and not args[0].startswith("--") else "build"
+    workload = args[args.index("--workload") + 1] if "--workload" in args else "sim"
+    if workload not in ("sim", "pytorch"):
+        sys.exit(f"bench_fill: unknown workload '{workload}' (sim or pytorch)")
+    if workload == "pytorch":
+        if "--real" in args:
+            sys.exit("bench_fill: --workload pytorch runs on the simulated GPU only (its Co-Exec MPS configuration "
+                     "is the simulator's SIMGPU_SHARING=mps)")
+        import bench_fill_pytorch
+        return bench_fill_pytorch.main(os.path.abspath(build), float(args[args.index("--seconds") + 1])
+                                       if "--seconds" in args else 6.0)
     seconds = args[args.index("--seconds") + 1] if "--seconds" in args else "4"
     env = dict(os.environ)
     if "--real" not in args:
@@ -68,4 +81,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,7 +33,6 @@ def percentile(records, q):
 
 def fill(env, seconds, out):
     """Training first: serve.py as a batch filler in training's data-loading bubbles."""
-    gpu_ms_step, gpu_ms_request = 60.0, 4.0  # harness.TRAIN and harness.FILLER
     train, infer = harness.start_pair(env, harness.TRAIN, harness.FILLER, "batch-inference")
     rows = {}
     try:
@@ -68,12 +67,12 @@ def fill(env, seconds, out):
         t = harness.steps_per_s(train, w)
         reqs = infer.between(*w)
         i = len(reqs) / (w[1] - w[0])
-        idle = 1.0 - t * gpu_ms_step / 1e3
-        use = i * gpu_ms_request / 1e3 / idle if idle > 0 else 0.0
+        idle = 1.0 - t * harness.TRAIN_GPU_S
+        use = i / ex_i / idle if idle > 0 else 0.0
         print(f"{name:<14}{t / ex_t:>10.3f}{i / ex_i:>11.3f}{percentile(reqs, 0.95):>14.2f}{use:>12.2f}")
-    print(f"(throughputs divided by Exclusive's {ex_t:.2f} steps/s and {ex_i:.1f} requests/s; bubble use: the "
-          f"filler's GPU time ({gpu_ms_request:g} ms a request) / the time training left the GPU idle "
-          f"(1 - steps/s x {gpu_ms_step:g} ms))")
+    print(f"(throughputs divided by Exclusive's {ex_t:.2f} steps/s and {ex_i:.1f} requests/s; bubble use, as "
+          f"SpecInF counts it: the filler's throughput over its Exclusive throughput times the share of time "
+          f"training leaves the GPU idle (1 - steps/s x {harness.TRAIN_GPU_S * 1e3:g} ms))")
     for g in status.get("gpus", []):
         print(f"tandemd: {g['bubbles']} bubbles of {g['mean_bubble_ms']:.1f} ms mean between busy periods of "
               f"{g['mean_busy_ms']:.1f} ms; filler gate waits "

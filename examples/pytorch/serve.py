@@ -2,8 +2,10 @@
 """A small PyTorch inference server loop: a transformer encoder (layer norm, attention, GELU)
 answers requests of a few sequences each under torch.inference_mode, closed loop (the next
 request as soon as the last is answered) or with Poisson arrivals (--rate). Every request ends
-with a synchronization, so tandem sees it as one request. Runs on a real GPU and on tandem's
-simulated one. Prints one JSON line: requests, latency p50/p95/p99 (ms), seconds.
+with a synchronization, so tandem sees it as one request (or, with --tandem-requests, each is
+delimited by tandem's client API: tandem_request_begin at its arrival, tandem_request_end at its
+answer, through examples/pytorch/tandem_torch.py). Runs on a real GPU and on tandem's simulated
+one. Prints one JSON line: requests, latency p50/p95/p99 (ms), seconds.
 
     python3 examples/pytorch/serve.py --requests 50
     python3 examples/pytorch/serve.py --seconds 5 --rate 100
@@ -24,8 +26,9 @@ import time
 from gpu_time import GpuTime, wait_for_start, wait_while_paused
 
 
-def serve(args, rng, answer, latencies):
-    """The timed requests; their latencies (s) go to `latencies`."""
+def serve(args, rng, answer, latencies, api=None):
+    """The timed requests; their latencies (s) go to `latencies`. `api`: tandem's (begin, end),
+    told of each request's arrival and answer."""
     start = time.monotonic()
     next_arrival = start
     while len(latencies) < args.requests if not args.seconds else time.monotonic() - start < args.seconds:
@@ -36,7 +39,12 @@ def serve(args, rng, answer, latencies):
             next_arrival += rng.expovariate(args.rate)
             time.sleep(max(0.0, next_arrival - time.monotonic()))
         arrived = next_arrival if args.rate else time.monotonic()
-        answer()
+        if api:
+            begun = api[0](int(arrived * 1e9))  # may wait for a bubble that holds the request (policy fill)
+            answer()
+            api[1](begun)
+        else:
+            answer()
         latencies.append(time.monotonic() - arrived)
         if args.log_requests:
             arrived_at = time.time() - (time.monotonic() - arrived)
@@ -63,6 +71,9 @@ def main() -> int:
     parser.add_argument("--pause-file", help="no requests arrive while this file exists (a harness's switch)")
     parser.add_argument("--log-requests", action="store_true",
                         help="a JSON line per timed request: its arrival (Unix time) and latency")
+    parser.add_argument("--tandem-requests", action="store_true",
+                        help="delimit each timed request with tandem's client API (tandem_request_begin/end) rather "
+                             "than by its synchronization; without libtandem.so loaded, a warning and no effect")
     args = parser.parse_args()
     if (args.requests < 1 or args.batch < 1 or args.tokens < 1 or args.dim < 8 or args.dim % 4 or args.rate < 0
             or args.gpu_ms < 0 or args.kernel_ms <= 0 or args.warmup < 0 or args.slo_ms < 0):
@@ -83,6 +94,12 @@ def main() -> int:
     model = nn.Sequential(nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False),
                           nn.Linear(args.dim, 16)).to(dev).eval()
     gpu = GpuTime(torch, args.gpu_ms, args.kernel_ms)
+    api = None
+    if args.tandem_requests:
+        import tandem_torch
+        api = tandem_torch.requests()
+        if not api:
+            print("serve.py: --tandem-requests: libtandem.so is not loaded; requests are not reported", file=sys.stderr)
 
     def answer():
         x = torch.randn(args.batch, args.tokens, args.dim, device=dev)
@@ -100,7 +117,7 @@ def main() -> int:
         print(json.dumps({"ready": round(time.time(), 4), "warmup_s": round(warmup_s, 3)}), flush=True)
         start = time.monotonic()
         try:  # Ctrl-C (SIGINT) ends serving, with the summary
-            serve(args, rng, answer, latencies)
+            serve(args, rng, answer, latencies, api)
         except KeyboardInterrupt:
             pass
     elapsed = time.monotonic() - start
@@ -109,7 +126,7 @@ def main() -> int:
     out = {"example": "serve", "requests": len(lat), "seconds": round(elapsed, 3),
            "requests_per_s": round(len(lat) / elapsed, 2), "p50_ms": pct(0.5), "p95_ms": pct(0.95),
            "p99_ms": pct(0.99), "warmup_s": round(warmup_s, 3), "late_s": late_s,
-           "gpu_ms_per_request": args.gpu_ms, **gpu.describe()}
+           "gpu_ms_per_request": args.gpu_ms, "tandem_requests": bool(api), **gpu.describe()}
     if args.slo_ms and lat:
         out["slo_attainment"] = round(sum(l * 1e3 <= args.slo_ms for l in lat) / len(lat), 4)
     print(json.dumps(out))

@@ -1,8 +1,11 @@
-"""PyTorch side of tandem's memory quotas: release the caching allocator's unused blocks when
-tandem says the process is over its quota (include/tandem/client.h, docs/memory.md).
+"""PyTorch side of tandem's client API (include/tandem/client.h): memory quotas (release the
+caching allocator's unused blocks when tandem says the process is over its quota,
+docs/memory.md) and online requests (tell tandem when a request arrives and when it is
+answered).
 
     import tandem_torch
     tandem_torch.install()          # once, after `import torch`
+    api = tandem_torch.requests()   # (begin, end), or None without tandem
 
 Under LD_PRELOAD=libtandem.so this registers a memory-pressure callback; tandem calls it on its
 progress thread when `tandemctl mem --set` lowered this process's quota under what it holds.
@@ -31,6 +34,25 @@ def _tandem():
     report.argtypes = [ctypes.c_ulonglong]
     report.restype = None
     return register, report
+
+
+def requests():
+    """tandem's online-request calls when libtandem is loaded in this process, else None: a pair
+    (begin, end). begin(arrival_ns), with the request's arrival on CLOCK_MONOTONIC
+    (time.monotonic_ns(); 0 for now), returns its start, after waiting (bounded by TANDEM_SLO_MS)
+    for a training bubble that can hold it under policy fill; end(start) when it is answered.
+    With them tandem measures the latency from the arrival (queueing included) and admits a
+    request before its first kernel, not at it."""
+    lib = ctypes.CDLL(None)
+    try:
+        begin, end = lib.tandem_request_begin, lib.tandem_request_end
+    except AttributeError:
+        return None
+    begin.argtypes = [ctypes.c_ulonglong]
+    begin.restype = ctypes.c_ulonglong
+    end.argtypes = [ctypes.c_ulonglong]
+    end.restype = None
+    return begin, end
 
 
 def _torch_release():

@@ -16,11 +16,19 @@ filler on GPU 0 beside rank 0. Without the project's venv the test is skipped (e
        their collectives while requests run; both ranks finish every step (none is stranded in
        an all-reduce), count the same collectives, and never fail open.
 
+  ddp-fill-comm  the ranks under MPS (SIMGPU_SHARING=mps) with a batch filler on each GPU and
+       tandemd's TANDEM_FILL_COMM=1, in rounds of windows while the programs run (Exclusive:
+       fillers paused, no tandemd; tandem with TANDEM_FILL_COMM=1, then 0): training keeps
+       >= 0.95 of Exclusive, and the all-reduces are filled: tandemd grants in at least half of
+       the samples taken while a collective runs, and each filler gets >= 1.1 x what it gets
+       with TANDEM_FILL_COMM=0 (best rounds). Disabled in ctest: tandemd counts the GPU busy
+       while DDP's optimizer kernels are queued behind the all-reduce, and grants nothing then.
+
 DDP_DIAG=SECONDS shortens the wait for the ranks and saves every running rank's stacks (gdb) in
 /tmp/ddp_bt_PID.txt before the test kills them (how the simulator's deadlock with the dynamic
 loader that stranded a rank in about one loaded run in ten was found: docs/simgpu.md).
 
-usage: torch_ddp_e2e.py BUILD_DIR ddp|ddp-slo
+usage: torch_ddp_e2e.py BUILD_DIR ddp|ddp-slo|ddp-fill-comm
 """
 import glob
 import json
@@ -33,6 +41,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_util import Env, check, last_json, preload  # noqa: E402
 from torch_e2e import PYTHON, example, require_torch  # noqa: E402
+from torch_policy_e2e import SETTLE_S, Program, steps_per_s, warmed_up, window, with_daemon  # noqa: E402
 
 STEPS = 40
 # 20 ms of GPU work and 20 ms of data loading a step, and the gradients' all-reduce: a model of
@@ -42,6 +51,7 @@ TRAIN = ["--steps", str(STEPS), "--dim", "256", "--gpu-ms", "20", "--kernel-ms",
          "--warmup-steps", "2", "--replays", "0"]
 FILLER = ["--gpu-ms", "2", "--kernel-ms", "1", "--warmup", "2"]
 LEAD_S = 60  # both ranks and the filler warm up (cuBLAS, cuDNN, NCCL) before the common start
+FILL_WINDOW_S = 6.0
 
 
 def start(env, script, args, role, **settings):
@@ -209,12 +219,87 @@ def ddp_slo(env):
     check(served["requests"] > 0, f"the server answered requests ({served['requests']})")
 
 
+def sample_status(env, seconds):
+    """tandemd's GPUs every ~20 ms for `seconds`; returns (the window that counts, the samples)."""
+    t0, samples = time.time(), []
+    while time.time() < t0 + seconds:
+        st = env.status()
+        if st:
+            samples.append(st["gpus"])
+        time.sleep(0.02)
+    return (t0 + SETTLE_S, time.time()), samples
+
+
+def ddp_fill_comm(env, rounds=2):
+    """Both ranks under MPS beside a filler on each GPU, tandemd filling the all-reduces too."""
+    env.base.update(SIMGPU_DEVICES="2", SIMGPU_LINK_GBPS="1", NCCL_DEBUG="WARN", SIMGPU_SHARING="mps")
+    group = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    # The ranks run from start to end (a pause would strand one in an all-reduce); their
+    # fillers' load is switched, and tandemd, with TANDEM_FILL_COMM=1 and then 0.
+    ranks = [Program(env, f"rank{r}", "train.py", ["--log-steps", *TRAIN[2:]], "training",
+                     length=("--steps", "1000000"), RANK=str(r), LOCAL_RANK=str(r), **group) for r in range(2)]
+    fillers = [Program(env, f"filler{g}", "serve.py", ["--log-requests", *FILLER], "batch-inference",
+                       CUDA_VISIBLE_DEVICES=str(g)) for g in range(2)]
+    programs = [*ranks, *fillers]
+    warmed_up(programs)
+    results = []
+    try:
+        for r in ranks:
+            r.run(True)
+        for n in range(1, rounds + 1):
+            alone = steps_per_s(ranks[0], window(FILL_WINDOW_S))
+            for f in fillers:
+                f.run(True)
+            r = {"alone": alone}
+            for comm in ("1", "0"):
+                w, samples = with_daemon(env, "fill", programs, lambda: sample_status(env, FILL_WINDOW_S),
+                                         TANDEM_FILL_COMM=comm)
+                by_gpu, taken = {}, {}
+                for gpus in samples:
+                    for g in gpus:
+                        taken[g["uuid"][:8]] = taken.get(g["uuid"][:8], 0) + 1
+                    for g in gpus:
+                        if g["communicating"]:
+                            by_gpu.setdefault(g["uuid"], []).append(g["fill_phase"])
+                r[comm] = {"train": steps_per_s(ranks[0], w) / alone,
+                           "fillers": [len(f.between(*w)) / (w[1] - w[0]) for f in fillers],
+                           # the share of the samples taken while a collective ran in which tandemd granted
+                           "granting": [sum(p in ("incremental", "stable") for p in ph) / len(ph)
+                                        for ph in by_gpu.values()] if len(by_gpu) == 2 else [0.0, 0.0],
+                           "phases": {u[:8]: {p: ph.count(p) for p in set(ph)} for u, ph in by_gpu.items()},
+                           "samples": taken}
+            for f in fillers:
+                f.run(False)
+            results.append(r)
+            print(f"round {n}: training {alone:.2f} steps/s alone; TANDEM_FILL_COMM=1: training {r['1']['train']:.3f} "
+                  f"of Exclusive, fillers " + " ".join(f"{x:.1f}" for x in r["1"]["fillers"]) + " requests/s, "
+                  f"granting in " + " ".join(f"{x:.2f}" for x in r["1"]["granting"]) + " of the samples taken during "
+                  f"a collective (fill phases then: {json.dumps(r['1']['phases'])}, of {json.dumps(r['1']['samples'])} "
+                  f"samples); TANDEM_FILL_COMM=0: training {r['0']['train']:.3f}, "
+                  f"fillers " + " ".join(f"{x:.1f}" for x in r["0"]["fillers"]) + f" ({json.dumps(r['0']['phases'])})")
+        for f in fillers:
+            f.stop()
+    finally:
+        for p in programs:
+            p.kill()  # the ranks: a SIGINT would reach them at different steps, one left in an all-reduce
+    kept = max(r["1"]["train"] for r in results)
+    check(kept >= 0.95, f"training under tandem with TANDEM_FILL_COMM=1 keeps {kept:.3f} >= 0.95 of Exclusive "
+          f"(best round)")
+    for g in range(2):
+        granting = max(r["1"]["granting"][g] for r in results)
+        check(granting >= 0.5, f"GPU {g}: tandemd granted its filler tokens while the all-reduce ran ({granting:.2f} "
+              f">= 0.5 of the samples taken during a collective, best round)")
+        gain = max(r["1"]["fillers"][g] / max(1e-9, r["0"]["fillers"][g]) for r in results)
+        check(gain >= 1.1, f"filler {g} gets more done with the collective filled ({gain:.2f} x its throughput with "
+              f"TANDEM_FILL_COMM=0, best round)")
+
+
 def main():
     build, case = sys.argv[1], sys.argv[2]
     require_torch()
     env = Env(build)
     t0 = time.monotonic()
-    {"ddp": ddp, "ddp-slo": ddp_slo}[case](env)
+    {"ddp": ddp, "ddp-slo": ddp_slo, "ddp-fill-comm": ddp_fill_comm}[case](env)
     print(f"torch ddp e2e {case}: ok ({time.monotonic() - t0:.0f} s)")
 
 
