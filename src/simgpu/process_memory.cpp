@@ -64,7 +64,10 @@ void publish_memory_use(int device, uint64_t bytes) {
   if (device < 0 || device >= kMaxDevices) return;
   int saved_errno = errno;
   if (ProcessMemoryTable* t = table(device))
-    if (ProcessMemoryRow* row = my_row(t)) row->bytes.store(bytes);
+    if (ProcessMemoryRow* row = my_row(t)) {
+      row->os_pid.store(getpid());  // a forked child's, or the row's new owner's
+      row->bytes.store(bytes);
+    }
   errno = saved_errno;
 }
 

@@ -15,8 +15,9 @@ constexpr uint32_t kProcessMemoryMagic = 0x534d454d;  // "SMEM"
 constexpr int kProcessMemoryRows = 128;
 
 struct ProcessMemoryRow {
-  std::atomic<int32_t> pid;  // 0: free; a dead process's row is taken over by a new process
-  int32_t pad;
+  std::atomic<int32_t> pid;  // the process's id (process_identity.cpp), 0: free; a dead process's
+                             // row is taken over by a new process
+  std::atomic<int32_t> os_pid;  // its pid, as NVML reports running processes
   std::atomic<uint64_t> bytes;
 };
 

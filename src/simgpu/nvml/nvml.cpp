@@ -248,9 +248,11 @@ void for_each_process(const Device& d, Visit&& visit) {
   const auto* table = static_cast<const simgpu::ProcessMemoryTable*>(p);
   if (table->magic.load() == simgpu::kProcessMemoryMagic) {
     for (const simgpu::ProcessMemoryRow& row : table->rows) {
-      int pid = row.pid.load();
+      // The row's owner is named by a process id (unique across PID namespaces); NVML names
+      // processes by pid.
+      int pid = row.os_pid.load();
       uint64_t bytes = row.bytes.load();
-      if (bytes && alive(pid)) visit(static_cast<unsigned>(pid), bytes);
+      if (row.pid.load() && bytes && alive(pid)) visit(static_cast<unsigned>(pid), bytes);
     }
   }
   munmap(p, sizeof(simgpu::ProcessMemoryTable));
