@@ -120,6 +120,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
       collectives_pending += c.v.nccl_markers_recorded - c.v.nccl_markers_completed;  // bounded: >= 0
     } else if (gated(s.role)) {
       fillers_.push_back(gated_state(static_cast<int>(i), s, c));
+      fillers_.back().wants_work = filler_wants_work(s, static_cast<int>(i), c, now_ns);
     } else if (s.role == TANDEM_ROLE_INFERENCE) {
       inference_slots |= 1ull << i;
       online_.push_back(online_state(static_cast<int>(i), s, c));
@@ -271,6 +272,24 @@ void GpuScheduler::step_zico(tandem_shm_header* shm, uint64_t now_ns) {
     wake(s);
     trace_.add({now_ns, 'Z', s.pid, 0});
   }
+}
+
+// A filler wants work when a launch waits at its gate or it launched within the last
+// kFillerActiveNs. A registered filler with nothing to do (a server between requests) took an
+// equal share of every bubble's in-flight bound: beside three idle ones the one filler working
+// used 0.39 of the bubbles instead of 0.78-0.82.
+bool GpuScheduler::filler_wants_work(const tandem_slot& s, int slot, const ClientView& c, uint64_t now_ns) {
+  auto i = static_cast<size_t>(slot);
+  if (filler_generation_[i] != s.generation) {  // a new client: active from its registration
+    filler_generation_[i] = s.generation;
+    filler_launches_[i] = c.v.launches;
+    filler_active_ns_[i] = now_ns;
+  }
+  if (c.v.launches != filler_launches_[i] || c.v.gate_want_us) {
+    filler_launches_[i] = c.v.launches;
+    filler_active_ns_[i] = now_ns;
+  }
+  return now_ns < filler_active_ns_[i] + kFillerActiveNs;
 }
 
 uint64_t GpuScheduler::others_work_since(const tandem_slot& s, int slot, const ClientView& c) {

@@ -129,6 +129,12 @@ class GpuScheduler {
   // a new client's count starts from zero).
   std::array<uint64_t, TANDEM_MAX_SLOTS> others_completed_{};
   std::array<uint32_t, TANDEM_MAX_SLOTS> others_generation_{};
+  // Fillers' activity: launches as last read, when one last launched or waited at its gate.
+  static constexpr uint64_t kFillerActiveNs = 50000000;
+  std::array<uint64_t, TANDEM_MAX_SLOTS> filler_launches_{};
+  std::array<uint64_t, TANDEM_MAX_SLOTS> filler_active_ns_{};
+  std::array<uint32_t, TANDEM_MAX_SLOTS> filler_generation_{};
+  bool filler_wants_work(const tandem_slot& s, int slot, const ClientView& c, uint64_t now_ns);
   uint64_t others_work_since(const tandem_slot& s, int slot, const ClientView& c);
 };
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "fill_policy.h"
+#include "gpu_scheduler.h"
 
 using namespace tandem::scheduler;
 
@@ -288,4 +289,38 @@ TEST_CASE("FillPolicy: phase names") {
   CHECK(std::strcmp(FillPolicy::phase_name(FillPhase::conservative), "conservative") == 0);
   CHECK(std::strcmp(FillPolicy::phase_name(FillPhase::incremental), "incremental") == 0);
   CHECK(std::strcmp(FillPolicy::phase_name(FillPhase::stable), "stable") == 0);
+}
+
+TEST_CASE("GpuScheduler, policy fill: a registered filler with nothing to do takes no share of a bubble") {
+  SchedulerParams params;
+  params.fill.max_inflight_ns = 4 * kMs;
+  GpuScheduler gpu("00112233445566778899aabbccddeeaa", params);
+  REQUIRE(gpu.segment().ok());
+  tandem_shm_header* shm = gpu.segment().shm();
+  int train = gpu.segment().claim(500, TANDEM_ROLE_TRAINING);
+  int working = gpu.segment().claim(600, TANDEM_ROLE_BATCH_INFERENCE);
+  int idle = gpu.segment().claim(700, TANDEM_ROLE_BATCH_INFERENCE);
+  uint64_t t = 1000 * kMs;
+  auto balance = [&](int slot) {
+    return static_cast<int64_t>(shm->slots[slot].token_limit_ns - gpu.segment().page(slot)->tokens_taken_ns);
+  };
+  // Training computes for 100 ms (launching every period), then leaves the GPU idle. One filler
+  // waits at its gate the whole time; the other registered and never launched again.
+  for (int i = 0; i < 100; ++i) {
+    gpu.segment().page(train)->launches += 1;
+    gpu.segment().page(working)->gate_want_us = 500;
+    gpu.tick(t += kMs);
+  }
+  for (int i = 0; i < 5; ++i) gpu.tick(t += kMs);
+  REQUIRE(gpu.fill_phase() == FillPhase::stable);
+  CHECK(balance(working) == 4 * kMsI);  // the whole in-flight bound, not half of it
+  CHECK(balance(idle) == 0);
+  // The idle one launches again: from the next period it shares.
+  gpu.segment().page(idle)->launches += 1;
+  gpu.segment().page(working)->tokens_taken_ns += 4 * kMs;  // spent, and finished
+  gpu.segment().page(working)->issued_ns += 4 * kMs;
+  gpu.segment().page(working)->completed_ns += 4 * kMs;
+  gpu.tick(t += kMs);
+  CHECK(balance(idle) == 2 * kMsI);
+  CHECK(balance(working) == 2 * kMsI);
 }
