@@ -5,7 +5,7 @@
 # built, against the simulated driver.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ "${1:-}" = "--skip-build" ] || scripts/setup.sh >/dev/null
+[ "${1:-}" = "--skip-build" ] || scripts/setup.sh --quiet
 build/bench/launch_overhead --driver build/bench/libcuda-null.so --tandem build/lib/libtandem.so
 fatbin=$(ls build/tests/fixtures/*.fatbin 2>/dev/null | head -1 || true)
 if [ -f build/simgpu/libcuda.so.1 ] && [ -n "$fatbin" ]; then

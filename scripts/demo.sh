@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
 done
 case "$scenario" in fill|slo|memory|zico|all) ;; *) echo "demo: unknown scenario '$scenario' (fill, slo, memory, zico or all)" >&2; exit 2 ;; esac
 case "$workload" in sim|pytorch|vllm) ;; *) echo "demo: unknown workload '$workload' (sim, pytorch or vllm)" >&2; exit 2 ;; esac
-scripts/setup.sh >/dev/null
+scripts/setup.sh --quiet
 if [ "$workload" = pytorch ]; then scripts/setup-venv.sh >/dev/null; fi
 if [ "$workload" = vllm ]; then scripts/setup-venv.sh --vllm >/dev/null; fi
 

@@ -3,8 +3,13 @@
 # then configures and builds into build/. Idempotent; fast when nothing changed.
 # Extra CMake arguments: TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON" scripts/setup.sh
 # Extra Debian packages (the test command's clang for the fuzzer): TANDEM_EXTRA_PACKAGES="clang"
+# --quiet: instead of CMake's output, a line when the build starts and one per tenth of it, on
+# stderr (the full output goes to build/setup.log, shown on failure): the demo's first run
+# builds for minutes, and it should say so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quiet=0
+[ "${1:-}" = --quiet ] && quiet=1
 
 packages="build-essential cmake catch2 libfmt-dev nlohmann-json3-dev libunwind-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3 python3-pip python3-matplotlib valgrind passwd dpkg-dev systemd python3-seccomp prometheus ${TANDEM_EXTRA_PACKAGES:-}"
 missing=""
@@ -32,9 +37,29 @@ if [ ! -f "$cuda_home/include/cuda.h" ]; then
 fi
 export PATH="$cuda_home/bin:$PATH"
 
-# shellcheck disable=SC2086
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_HOME="$cuda_home" ${TANDEM_CMAKE_ARGS:-} >/dev/null
-cmake --build build -j"$(nproc)"
+if [ "$quiet" = 0 ]; then
+  # shellcheck disable=SC2086
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_HOME="$cuda_home" ${TANDEM_CMAKE_ARGS:-} >/dev/null
+  cmake --build build -j"$(nproc)"
+else
+  mkdir -p build
+  log=build/setup.log
+  if [ ! -f build/CMakeCache.txt ]; then
+    echo "setup: building tandem into build/ ($(nproc) cores; a first build takes several minutes)" >&2
+  fi
+  # shellcheck disable=SC2086
+  if ! { cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_HOME="$cuda_home" ${TANDEM_CMAKE_ARGS:-} &&
+         cmake --build build -j"$(nproc)"; } 2>&1 | tee "$log" |
+       awk '/Building|Linking/ { working = 1 }
+            working && match($0, /^\[ *[0-9]+%\]/) {
+              p = substr($0, RSTART + 1, RLENGTH - 3) + 0
+              if (p >= shown + 10) { shown = p - p % 10; printf "setup: built %d%%\n", shown > "/dev/stderr"; fflush("/dev/stderr") }
+            }'; then
+    tail -40 "$log" >&2
+    echo "setup: the build failed (whole output: $log)" >&2
+    exit 1
+  fi
+fi
 
 # The Kubernetes API schema validator for the manifests' test (tests/deploy), pinned, into the
 # build directory (not the system Python). Without the registry the test is skipped, saying so.
