@@ -75,12 +75,16 @@ def case_trace(env):
     path = os.path.join(env.tmp, "trace.json")
     trace = subprocess.Popen([os.path.join(env.build, "bin", "tandemctl"), "trace", "--seconds", "1.5", "--out", path,
                               "--json", "--socket", env.socket], stdout=subprocess.PIPE, text=True)
-    # Something to record: a training process comes (the GPU turns busy) and goes.
-    time.sleep(0.5)
-    training = connect(env.socket)
-    check(hello(training, "training", GPU)[0] == HELLO_OK, "a training client registered during the trace")
-    time.sleep(0.4)
-    training.close()
+    # Something to record: training processes come (the GPU turns busy) and go, for as long as the trace
+    # runs, so that a tandemctl slow to start on a loaded machine still records some of them.
+    registered = []
+    while trace.poll() is None:
+        training = connect(env.socket)
+        registered.append(hello(training, "training", GPU)[0] == HELLO_OK)
+        time.sleep(0.2)
+        training.close()
+        time.sleep(0.1)
+    check(registered and all(registered), "training clients registered during the trace")
     out, _ = trace.communicate(timeout=30)
     check(trace.returncode == 0 and out.count("\n") == 1, f"trace --json prints one line: {out!r}")
     doc = json.loads(out)
