@@ -60,7 +60,8 @@ CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const uns
   CUdevice dev = 0;
   cuCtxGetDevice(&dev);
   op.launch.device = dev;
-  op.launch.sm_limit = static_cast<unsigned>(sm_limit(current_context()));
+  op.launch.green = kernel_green_context(current_context(), st);
+  op.launch.sm_limit = static_cast<unsigned>(kernel_sm_limit(current_context(), st));
   return submit(st, op);
 }
 
