@@ -102,6 +102,7 @@ struct Function {
   std::string name;
   bool nccl = false;
   bool spin = false;
+  bool mix = false;  // `*spin_mix*`: a spin kernel that then mixes a value into a word (engine.cpp)
   // Settable attributes (occupancy.cpp): 48 KiB of dynamic shared memory until raised.
   std::atomic<int> max_dynamic_smem{48 << 10};
   std::atomic<int> carveout{-1};
@@ -134,6 +135,8 @@ struct KernelLaunch {
   unsigned block[3] = {1, 1, 1};
   unsigned smem = 0;
   uint64_t first_arg = 0;  // the first 8 bytes of the first argument (spin duration)
+  uint64_t* mix_word = nullptr;  // spin_mix kernels: their second and third arguments
+  uint64_t mix_value = 0;
   int device = 0;          // the device of the context current at launch
   unsigned sm_limit = 0;   // SMs its context may use (sm_limit.cpp), 0: all
   const GreenContext* green = nullptr;  // the green context it was launched (or captured) in

@@ -76,6 +76,9 @@ static void check_api() {
   CHECK(cuDeviceGetDevResource(0, &dev, CU_DEV_RESOURCE_TYPE_INVALID) == CUDA_ERROR_INVALID_RESOURCE_TYPE);
   CK(cuDeviceGetDevResource(0, &dev, CU_DEV_RESOURCE_TYPE_SM));
   CHECK(dev.type == CU_DEV_RESOURCE_TYPE_SM && dev.sm.smCount == 132);
+  int mps = -1;
+  CK(cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, 0));
+  CHECK(mps == 0);  // time slicing: not an MPS client
   CHECK(dev.sm.minSmPartitionSize == 8 && dev.sm.smCoscheduledAlignment == 8);
 
   // How many groups: 132 / 32 = 4; 30 is rounded up to 32, 0 to the minimum of 8.
@@ -306,6 +309,9 @@ int main(int argc, char** argv) {
     g_spin = load_kernel(argv[1], "spin_kernel");
     CUstream s;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    int mps = 0;
+    CK(cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, 0));
+    CHECK(mps == 1);  // SIMGPU_SHARING=mps: an MPS client
     double alone = best_of(3, s, 5, 1000000, 66);
     double shared = beside(false), partitioned = beside(true);
     std::printf("5 x 1 ms on 66 SMs: alone %.1f ms; beside whole-GPU kernels on all SMs %.1f ms, on a 64-SM "
