@@ -90,6 +90,9 @@ class GpuScheduler {
   std::vector<OnlineClient> online_;
   std::vector<Grant> grants_;
   void check_admission(tandem_shm_header* shm, uint64_t now_ns);
+  // Policy slo under MPS: the SMs each training process keeps while an online request runs
+  // (the slot's live_partition), 0 between requests and when not live.
+  void publish_live_partition(tandem_shm_header* shm, bool slo_training, uint64_t now_ns);
   void set_gates(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint32_t gate);
   void apply(tandem_shm_header* shm, const std::vector<Grant>& grants, uint64_t now_ns);
   void step_zico(tandem_shm_header* shm, uint64_t now_ns);

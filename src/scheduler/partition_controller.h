@@ -1,0 +1,76 @@
+// Policy slo's live SM partition (HARLI's scheduler, docs/slo.md): under MPS, with training
+// processes that hold green-context partitions, the part of the SMs training keeps while an
+// online request runs. Pure logic, one decision per control period.
+//
+// The levels are the partitions the training processes prepared (ascending percentages of the
+// GPU's SMs) and, above them, every SM (100: no partition). A control period's latency over its
+// target, y, says little alone: with 20 to 40 requests its p99 is the slowest one, and Poisson
+// arrivals queue behind each other whatever training does (the same bursts lift a period to 2.5
+// times the target with training on a quarter of the SMs or not at all). So the decision signal
+// is the median of the last kRecent periods at the level in force (the lower of two, or the one,
+// right after arriving at it): one period over the target leaves a level just entered (a probe
+// retreats at once), two of three leave a level held longer. Then (HARLI: the partition whose
+// latency is closest under the target):
+//   signal > 1            one level down (below the lowest, the duty cycle takes over: below_lowest())
+//   signal <= kClimbBelow  after kRecent periods at the level, one level up, unless that level
+//                          was over the target when last there
+//   otherwise             stay
+// A level found over the target is tried again once the level below is clearly faster than it
+// was then (by kLighter of the target: the load fell), or when what it measured is forgotten,
+// kForgetPeriods periods without it. A fixed level (the operator's choice) never moves. Starts at
+// the middle partition (or just below): neither all of the GPU to training at a request's onset,
+// nor the least.
+#pragma once
+#include <cstdint>
+
+#include "tandem/shm_abi.h"
+
+namespace tandem::scheduler {
+
+class PartitionController {
+ public:
+  static constexpr int kMaxLevels = TANDEM_LIVE_PARTITIONS + 1;
+  static constexpr double kClimbBelow = 0.85;  // headroom before trying more SMs
+  static constexpr int kForgetPeriods = 50;    // 10 s at the default control period
+  static constexpr int kRecent = 3;
+  static constexpr double kLighter = 0.15;     // of the target
+
+  // The training processes' partitions (ascending, 0-terminated, at most TANDEM_LIVE_PARTITIONS);
+  // `fixed`: a level the operator chose (one of them, or 100), 0: the controller chooses.
+  // Returns false when they hold no level (nothing to control).
+  bool configure(const uint8_t* pcts, unsigned count, uint32_t fixed);
+  bool configured() const { return levels_ > 1; }
+
+  // One control period in which level_pct() was in force, with latency over target `y`.
+  // `may_climb`: false while the duty cycle is below 1 (it comes back first).
+  void update(double y, bool may_climb = true);
+  // The filtered latency over target the decisions use (see above).
+  double signal() const;
+  // A period without a measurement: nothing learned, ages what was.
+  void skip();
+
+  uint32_t level_pct() const { return configured() ? pct_[level_] : 100; }
+  int level() const { return level_; }
+  // y > 1 at the lowest level: even the smallest partition misses the target.
+  bool below_lowest() const { return below_lowest_; }
+  // What the controller remembers of a level (negative: nothing).
+  double remembered(int level) const { return age_[level] >= 0 ? y_[level] : -1.0; }
+  int levels() const { return levels_; }
+  uint32_t level_pct_at(int level) const { return pct_[level]; }
+
+ private:
+  void age();
+  void enter(int level);
+  uint32_t pct_[kMaxLevels] = {};
+  double y_[kMaxLevels] = {};
+  int age_[kMaxLevels] = {};  // periods since measured; -1: never, or forgotten
+  double below_at_[kMaxLevels] = {};  // the level below's signal when this one went over the target (0: to be set, -1: none)
+  double recent_[kRecent] = {};       // the last periods at the level in force
+  int recent_count_ = 0;
+  int levels_ = 0;
+  int level_ = 0;
+  bool fixed_ = false;
+  bool below_lowest_ = false;
+};
+
+}  // namespace tandem::scheduler
