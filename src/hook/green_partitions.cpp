@@ -21,7 +21,7 @@ namespace {
 constexpr unsigned kLevels[TANDEM_LIVE_PARTITIONS] = {25, 50, 70, 85};
 
 Partition g_partitions[TANDEM_LIVE_PARTITIONS];
-int g_count = 0;           // prepared (written before g_green.ready)
+int g_count = 0;           // prepared (written before g_green's ready bit)
 bool g_mps = false;        // the context is an MPS client
 bool g_attempted = false;  // the progress thread's alone
 
@@ -93,12 +93,12 @@ void prepare_green_partitions() noexcept {
   g_attempted = true;
   CUdevice dev = 0;
   if (g_real.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return;
-  if (prepare(dev)) g_green.ready.store(true, std::memory_order_release);
+  if (prepare(dev)) g_green.word.fetch_or(GreenState::kReady, std::memory_order_release);
 }
 
 void publish_green_partitions(tandem_client_page* page) noexcept {
   for (unsigned i = 0; i < TANDEM_LIVE_PARTITIONS; ++i) {
-    uint8_t pct = g_green.ready.load(std::memory_order_acquire) && static_cast<int>(i) < g_count ? g_partitions[i].pct : 0;
+    uint8_t pct = g_green.ready() && static_cast<int>(i) < g_count ? g_partitions[i].pct : 0;
     __atomic_store_n(&page->live_partitions[i], pct, __ATOMIC_RELAXED);
   }
 }
@@ -114,12 +114,11 @@ int green_partition_for(uint32_t pct) noexcept {
 
 const Partition& green_partition(int index) noexcept { return g_partitions[index]; }
 
-int green_partition_count() noexcept { return g_green.ready.load(std::memory_order_acquire) ? g_count : 0; }
+int green_partition_count() noexcept { return g_green.ready() ? g_count : 0; }
 
 void green_partitions_after_fork_child() noexcept {
   // The parent's green contexts are not the child's: it prepares its own if it uses CUDA.
-  g_green.ready.store(false);
-  g_green.away.store(0);
+  g_green.word.store(0);
   g_count = 0;
   g_attempted = false;
 }

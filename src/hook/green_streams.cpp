@@ -50,7 +50,7 @@ uint64_t g_legacy_ops = 0, g_blocking_ops = 0;  // operations issued (while enga
 int g_dead = 0;
 bool g_full_logged = false;
 
-std::atomic<uint64_t> g_redirected{0}, g_switches{0}, g_created{0}, g_destroyed{0}, g_untracked{0};
+std::atomic<uint64_t> g_redirected{0}, g_switches{0}, g_switch_ns{0}, g_created{0}, g_destroyed{0}, g_untracked{0};
 
 // Per-thread default streams: each thread's entry; its destructor marks it dead at thread exit
 // (reaped under the lock later: no driver call from a thread's teardown).
@@ -86,8 +86,10 @@ bool is_per_thread(CUstream s, bool per_thread) noexcept { return s == CU_STREAM
 // Makes `to` run after everything queued on `from` so far (with the lock held).
 bool order_after(CUstream to, CUstream from) noexcept {
   if (!g_event && g_real.cuEventCreate(&g_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+  uint64_t start = monotonic_ns();
   if (g_real.cuEventRecord(g_event, from) != CUDA_SUCCESS || g_real.cuStreamWaitEvent(to, g_event, 0) != CUDA_SUCCESS)
     return false;
+  g_switch_ns.fetch_add(monotonic_ns() - start, std::memory_order_relaxed);  // the host time a switch costs
   g_switches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -155,7 +157,7 @@ void destroy_green_streams(AppStream& e) noexcept {
 }
 
 void remove(AppStream* e) noexcept {
-  if (e->current != kHome) g_green.away.fetch_sub(1, std::memory_order_relaxed);
+  if (e->current != kHome) g_green.word.fetch_sub(GreenState::kAway, std::memory_order_relaxed);
   destroy_green_streams(*e);
   if (e == &g_legacy_entry) {
     *e = AppStream{};
@@ -187,8 +189,8 @@ bool switch_to(AppStream& e, int to) noexcept {
   Target& target = to == kHome ? e.home : e.green[to];
   if (!order_after(target.stream, from.stream)) return false;
   target.seen_legacy = from.seen_legacy, target.seen_blocking = from.seen_blocking;
-  if (e.current == kHome) g_green.away.fetch_add(1, std::memory_order_relaxed);
-  if (to == kHome) g_green.away.fetch_sub(1, std::memory_order_relaxed);
+  if (e.current == kHome) g_green.word.fetch_add(GreenState::kAway, std::memory_order_relaxed);
+  if (to == kHome) g_green.word.fetch_sub(GreenState::kAway, std::memory_order_relaxed);
   e.current = to;
   return true;
 }
@@ -244,7 +246,7 @@ int wanted_partition() noexcept {
   if (g_open_captures.load(std::memory_order_relaxed) > 0) return kHome;
   const tandem_slot* slot = current_slot();
   uint32_t pct = slot ? __atomic_load_n(&slot->live_partition, __ATOMIC_ACQUIRE) : 0;
-  if (!pct || !g_green.ready.load(std::memory_order_acquire)) return kHome;
+  if (!pct || !g_green.ready()) return kHome;
   int p = green_partition_for(pct);
   return p < 0 ? kHome : p;
 }
@@ -253,14 +255,14 @@ int wanted_partition() noexcept {
 void go_home(AppStream& e) noexcept {
   if (switch_to(e, kHome)) return;
   g_real.cuStreamSynchronize(current_target(e).stream);
-  g_green.away.fetch_sub(1, std::memory_order_relaxed);
+  g_green.word.fetch_sub(GreenState::kAway, std::memory_order_relaxed);
   e.current = kHome;
 }
 
 // No partition wanted: every stream this thread can name goes home now, so that the fast path
 // resumes (another thread's per-thread default stream goes home at its own next call).
 void bring_all_home() noexcept {
-  if (g_green.away.load(std::memory_order_relaxed) == 0) return;
+  if (g_green.away() == 0) return;
   if (g_legacy_known && g_legacy_entry.current != kHome) go_home(g_legacy_entry);
   for (int i = 0; i < g_count; ++i) {
     AppStream& e = *g_table[i];
@@ -317,10 +319,10 @@ void green_home_slow(CUstream s, bool per_thread) noexcept {
 }
 
 void green_stream_destroyed(CUstream s) noexcept {
-  if (g_role != TANDEM_ROLE_TRAINING) return;
+  if (g_role != TANDEM_ROLE_TRAINING || is_legacy(s, false) || is_per_thread(s, false)) return;  // not destroyable
   std::lock_guard<std::mutex> lock(g_mutex);
   AppStream* e = find(s, false);
-  if (!e || e == &g_legacy_entry) return;
+  if (!e) return;
   // A blocking stream's work must stay where the legacy stream's implicit wait finds it.
   if (e->kind == Kind::blocking && e->current != kHome) switch_to(*e, kHome);
   remove(e);
@@ -331,6 +333,7 @@ GreenStats green_stats() noexcept {
   s.partitions = static_cast<uint64_t>(green_partition_count());
   s.redirected = g_redirected.load(std::memory_order_relaxed);
   s.switches = g_switches.load(std::memory_order_relaxed);
+  s.switch_ns = g_switch_ns.load(std::memory_order_relaxed);
   s.streams = g_created.load(std::memory_order_relaxed);
   s.live_streams = s.streams - g_destroyed.load(std::memory_order_relaxed);
   s.untracked = g_untracked.load(std::memory_order_relaxed);

@@ -40,10 +40,14 @@
 
 namespace tandem::hook {
 
-// Green partitions: at most TANDEM_LIVE_PARTITIONS, prepared once by the progress thread.
+// One word, so that a launch with nothing to do reads one: bit 0 set once the partitions are
+// prepared (a training process whose driver has green contexts), plus kAway for each
+// application stream whose current stream is a green one.
 struct GreenState {
-  std::atomic<bool> ready{false};   // partitions prepared: launches may be redirected
-  std::atomic<int> away{0};         // application streams whose current stream is a green one
+  static constexpr uint32_t kReady = 1, kAway = 2;
+  std::atomic<uint32_t> word{0};
+  bool ready() const noexcept { return word.load(std::memory_order_acquire) & kReady; }
+  uint32_t away() const noexcept { return word.load(std::memory_order_relaxed) / kAway; }
 };
 extern GreenState g_green;
 
@@ -54,11 +58,11 @@ void publish_green_partitions(tandem_client_page* page) noexcept;
 
 // True when a launch or stream operation must go through the switching below.
 inline bool green_engaged() noexcept {
-  if (g_role != TANDEM_ROLE_TRAINING) return false;
-  if (__builtin_expect(g_green.away.load(std::memory_order_relaxed) != 0, 0)) return true;
+  uint32_t word = g_green.word.load(std::memory_order_relaxed);
+  if (__builtin_expect(word == 0, 1)) return false;  // not prepared (any other role), nothing away
+  if (word != GreenState::kReady) return true;       // some stream's work is on a green stream
   const tandem_slot* slot = current_slot();
-  return slot && __atomic_load_n(&slot->live_partition, __ATOMIC_RELAXED) != 0 &&
-         g_green.ready.load(std::memory_order_relaxed);
+  return slot && __atomic_load_n(&slot->live_partition, __ATOMIC_RELAXED) != 0;
 }
 
 // The stream to launch on instead of `s` (`per_thread`: a _ptsz entry). `compute`: a compute
@@ -89,6 +93,7 @@ struct GreenStats {
   uint64_t partitions = 0;        // prepared
   uint64_t redirected = 0;        // compute launches sent to a green stream
   uint64_t switches = 0;          // event pairs recorded and waited on
+  uint64_t switch_ns = 0;         // host time spent in them
   uint64_t streams = 0;           // green streams created so far
   uint64_t live_streams = 0;      // of which not destroyed
   uint64_t untracked = 0;         // application streams past the table's capacity (not redirected)

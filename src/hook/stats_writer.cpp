@@ -74,7 +74,7 @@ std::string stats_json(const char* role) {
   };
   GreenStats g = green_stats();
   if (g.partitions || g.streams || g.untracked)  // live SM partitions (green_streams.h)
-    j["green"] = {{"partitions", g.partitions}, {"redirected", g.redirected}, {"switches", g.switches},
+    j["green"] = {{"partitions", g.partitions}, {"redirected", g.redirected}, {"switches", g.switches}, {"switch_ns", g.switch_ns},
                   {"streams", g.streams}, {"live_streams", g.live_streams}, {"untracked", g.untracked}};
   PoolFigures f = pool_figures();
   if (f.on) {

@@ -16,7 +16,7 @@ bool PartitionController::configure(const uint8_t* pcts, unsigned count, uint32_
   if (n != levels_ || !std::equal(levels, levels + n, pct_)) {  // new levels: nothing known of them
     std::copy(levels, levels + n, pct_);
     levels_ = n;
-    for (int i = 0; i < kMaxLevels; ++i) age_[i] = -1, y_[i] = 0, below_at_[i] = -1;
+    for (int i = 0; i < kMaxLevels; ++i) y_[i] = 0, measured_[i] = false, failures_[i] = 0, retry_after_[i] = 0;
     enter((levels_ - 2) / 2);  // the middle partition, or just below it
     below_lowest_ = false;
   }
@@ -31,12 +31,12 @@ void PartitionController::enter(int level) {
   recent_count_ = 0;
 }
 
-void PartitionController::age() {
+void PartitionController::tick() {
   for (int i = 0; i < levels_; ++i)
-    if (age_[i] >= 0 && ++age_[i] > kForgetPeriods) age_[i] = -1;
+    if (retry_after_[i] > 0) --retry_after_[i];
 }
 
-void PartitionController::skip() { age(); }
+void PartitionController::skip() { tick(); }
 
 double PartitionController::signal() const {
   int n = std::min(recent_count_, kRecent);
@@ -49,27 +49,24 @@ double PartitionController::signal() const {
 
 void PartitionController::update(double y, bool may_climb) {
   if (!configured()) return;
-  age();
-  y_[level_] = age_[level_] >= 0 ? 0.5 * y_[level_] + 0.5 * y : y;
-  age_[level_] = 0;
+  tick();
+  y_[level_] = measured_[level_] ? 0.5 * y_[level_] + 0.5 * y : y;
+  measured_[level_] = true;
   recent_[recent_count_ % kRecent] = y;
   ++recent_count_;
   double s = signal();
   below_lowest_ = level_ == 0 && s > 1.0;
-  // The first measurement of a level that went over the target with the level below.
-  if (level_ + 1 < levels_ && below_at_[level_ + 1] == 0) below_at_[level_ + 1] = s;
+  if (recent_count_ >= kRecent && s <= 1.0) failures_[level_] = 0;  // it holds
   if (fixed_) return;
   if (s > 1.0) {
     if (level_ > 0) {
-      below_at_[level_] = 0;  // set by the level below's first measurement
+      int n = failures_[level_] < 4 ? failures_[level_]++ : 3;
+      retry_after_[level_] = kBackoff << n < kBackoffMax ? kBackoff << n : kBackoffMax;
       enter(level_ - 1);
     }
-  } else if (may_climb && s <= kClimbBelow && level_ + 1 < levels_ && recent_count_ >= kRecent) {
-    int up = level_ + 1;
-    // Over the target when last there: again only once this level is clearly faster than it
-    // was then (the load fell), or once that is forgotten.
-    bool lighter = below_at_[up] > 0 && s < below_at_[up] - kLighter;
-    if (age_[up] < 0 || y_[up] <= 1.0 || lighter) enter(up);
+  } else if (may_climb && s <= kClimbBelow && level_ + 1 < levels_ && recent_count_ >= kRecent &&
+             retry_after_[level_ + 1] == 0) {
+    enter(level_ + 1);
   }
 }
 

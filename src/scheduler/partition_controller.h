@@ -15,11 +15,11 @@
 //   signal <= kClimbBelow  after kRecent periods at the level, one level up, unless that level
 //                          was over the target when last there
 //   otherwise             stay
-// A level found over the target is tried again once the level below is clearly faster than it
-// was then (by kLighter of the target: the load fell), or when what it measured is forgotten,
-// kForgetPeriods periods without it. A fixed level (the operator's choice) never moves. Starts at
-// the middle partition (or just below): neither all of the GPU to training at a request's onset,
-// nor the least.
+// A level left for going over the target is tried again only after a back-off: kBackoff periods,
+// doubled at each failure in a row up to kBackoffMax, reset once it holds for kRecent periods
+// (so a level wrongly blamed for a burst returns soon, one truly too large costs a period now
+// and then). A fixed level (the operator's choice) never moves. Starts at the middle partition
+// (or just below): neither all of the GPU to training at a request's onset, nor the least.
 #pragma once
 #include <cstdint>
 
@@ -31,9 +31,8 @@ class PartitionController {
  public:
   static constexpr int kMaxLevels = TANDEM_LIVE_PARTITIONS + 1;
   static constexpr double kClimbBelow = 0.85;  // headroom before trying more SMs
-  static constexpr int kForgetPeriods = 50;    // 10 s at the default control period
   static constexpr int kRecent = 3;
-  static constexpr double kLighter = 0.15;     // of the target
+  static constexpr int kBackoff = 5, kBackoffMax = 40;  // periods: 1 s and 8 s at the default period
 
   // The training processes' partitions (ascending, 0-terminated, at most TANDEM_LIVE_PARTITIONS);
   // `fixed`: a level the operator chose (one of them, or 100), 0: the controller chooses.
@@ -46,25 +45,26 @@ class PartitionController {
   void update(double y, bool may_climb = true);
   // The filtered latency over target the decisions use (see above).
   double signal() const;
-  // A period without a measurement: nothing learned, ages what was.
+  // A period without a measurement: nothing learned, back-offs run on.
   void skip();
 
   uint32_t level_pct() const { return configured() ? pct_[level_] : 100; }
   int level() const { return level_; }
   // y > 1 at the lowest level: even the smallest partition misses the target.
   bool below_lowest() const { return below_lowest_; }
-  // What the controller remembers of a level (negative: nothing).
-  double remembered(int level) const { return age_[level] >= 0 ? y_[level] : -1.0; }
+  // What the controller measured at a level (its average latency over target; -1: nothing yet).
+  double remembered(int level) const { return measured_[level] ? y_[level] : -1.0; }
   int levels() const { return levels_; }
   uint32_t level_pct_at(int level) const { return pct_[level]; }
 
  private:
-  void age();
+  void tick();
   void enter(int level);
   uint32_t pct_[kMaxLevels] = {};
   double y_[kMaxLevels] = {};
-  int age_[kMaxLevels] = {};  // periods since measured; -1: never, or forgotten
-  double below_at_[kMaxLevels] = {};  // the level below's signal when this one went over the target (0: to be set, -1: none)
+  bool measured_[kMaxLevels] = {};
+  int failures_[kMaxLevels] = {};     // times in a row it was left over the target
+  int retry_after_[kMaxLevels] = {};  // periods before it may be tried again
   double recent_[kRecent] = {};       // the last periods at the level in force
   int recent_count_ = 0;
   int levels_ = 0;

@@ -69,6 +69,29 @@ static CUstream green_stream(CUgreenCtx g) {
   return s;
 }
 
+// Three 2 ms whole-GPU kernels captured on `capture_on`, the graph launched on `launch_on`:
+// the best of 3 replays, in seconds.
+static double replay_graph(CUstream capture_on, CUstream launch_on) {
+  CUgraph graph;
+  CUgraphExec exec;
+  unsigned long long ns = 2000000;
+  void* params[] = {&ns};
+  CK(cuStreamBeginCapture(capture_on, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  for (int i = 0; i < 3; ++i) CK(cuLaunchKernel(g_spin, 132, 1, 1, 128, 1, 1, 0, capture_on, params, nullptr));
+  CK(cuStreamEndCapture(capture_on, &graph));
+  CK(cuGraphInstantiate(&exec, graph, 0));
+  double best = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    double t0 = now_s();
+    CK(cuGraphLaunch(exec, launch_on));
+    CK(cuStreamSynchronize(launch_on));
+    best = std::min(best, now_s() - t0);
+  }
+  CK(cuGraphExecDestroy(exec));
+  CK(cuGraphDestroy(graph));
+  return best;
+}
+
 static void check_api() {
   CUdevResource dev{};
   CHECK(cuDeviceGetDevResource(0, nullptr, CU_DEV_RESOURCE_TYPE_SM) == CUDA_ERROR_INVALID_VALUE);
@@ -228,37 +251,10 @@ static void check_confined() {
   CHECK(all >= 0.006 && all < 0.006 * 1.4);
   CHECK(part >= 0.006 * 132 / 32 && part < 0.006 * 132 / 32 * 1.3);
   CHECK(small >= 0.006 && small < 0.006 * 1.4);
-  // A graph captured on the green stream keeps its 32 SMs when launched on a plain stream.
-  CUgraph graph;
-  CUgraphExec exec;
-  unsigned long long ns = 2000000;
-  void* params[] = {&ns};
-  CK(cuStreamBeginCapture(green, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  for (int i = 0; i < 3; ++i) CK(cuLaunchKernel(g_spin, 132, 1, 1, 128, 1, 1, 0, green, params, nullptr));
-  CK(cuStreamEndCapture(green, &graph));
-  CK(cuGraphInstantiate(&exec, graph, 0));
-  double replay = 1e9;
-  for (int i = 0; i < 3; ++i) {
-    double t0 = now_s();
-    CK(cuGraphLaunch(exec, plain));
-    CK(cuStreamSynchronize(plain));
-    replay = std::min(replay, now_s() - t0);
-  }
-  // And one captured on a plain stream runs in the primary context, on all SMs, even when
-  // launched on the green stream.
-  CUgraph plain_graph;
-  CUgraphExec plain_exec;
-  CK(cuStreamBeginCapture(plain, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  for (int i = 0; i < 3; ++i) CK(cuLaunchKernel(g_spin, 132, 1, 1, 128, 1, 1, 0, plain, params, nullptr));
-  CK(cuStreamEndCapture(plain, &plain_graph));
-  CK(cuGraphInstantiate(&plain_exec, plain_graph, 0));
-  double on_green = 1e9;
-  for (int i = 0; i < 3; ++i) {
-    double t0 = now_s();
-    CK(cuGraphLaunch(plain_exec, green));
-    CK(cuStreamSynchronize(green));
-    on_green = std::min(on_green, now_s() - t0);
-  }
+  // A graph captured on the green stream keeps its 32 SMs when launched on a plain stream; one
+  // captured on a plain stream runs in the primary context, on all SMs, even launched on the
+  // green stream.
+  double replay = replay_graph(green, plain), on_green = replay_graph(plain, green);
   std::printf("graphs: captured on the green stream, launched on a plain one %.1f ms; captured on a plain one, "
               "launched on the green one %.1f ms\n", replay * 1e3, on_green * 1e3);
   CHECK(replay >= 0.006 * 132 / 32 && replay < 0.006 * 132 / 32 * 1.3);
