@@ -14,6 +14,11 @@
 // With --threads N, N host threads each run closed-loop requests on a stream of their own: a
 // multi-threaded launcher, as servers fed by several threads (DataLoader workers, Triton's
 // model instances) are.
+//
+// With --small-kernels N a request also has N tiny kernels, each after --host-us of host work,
+// spread between its large kernels: the launch pattern of a framework (PyTorch: tens of small
+// kernels with Python between them, a few large ones), which a filler's cost model must get
+// right.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -24,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "duration.h"
 #include "example_util.h"
 #include "spin_kernels.cuh"
 
@@ -33,6 +39,8 @@ static const char* kUsage =
     "                 [--report-every N] [--mem-mb M] [--transparent] [--warmup-seconds W]\n"
     "                 [--slo-ms L] [--models N [--model-mb M] [--idle-ms T]]\n"
     "                 [--trace light|burst [--interval-s S]] [--threads N] [--device D]\n"
+    "                 [--small-kernels N [--host-us H]] [--graph] [--no-sync] [--hog-memory]\n"
+    "                 [--elementwise N]\n"
     "  Each request is K spin kernels of U us (grid B) on a non-blocking stream, ended by a host\n"
     "  synchronization. Closed loop by default (the next request starts when one ends);\n"
     "  --rate R sends Poisson arrivals at R requests/s (seeded by --seed, default 1) and measures\n"
@@ -54,7 +62,15 @@ static const char* kUsage =
     "  LogNormal(4.5, 0.3), the others light.\n"
     "  --threads N: N host threads (default 1), each running closed-loop requests on its own\n"
     "  stream; not with --rate, --trace, --models or --report-every.\n"
-    "  --device D: run on CUDA device D (an ordinal among those CUDA_VISIBLE_DEVICES shows).\n";
+    "  --device D: run on CUDA device D (an ordinal among those CUDA_VISIBLE_DEVICES shows).\n"
+    "  --small-kernels N: also N one-block kernels per request, spread between the K kernels, each\n"
+    "  launched after H us (default 20) of host work: a framework's launch pattern.\n"
+    "  --graph: each request replays one CUDA graph captured from its kernels. --no-sync: requests\n"
+    "  are launched without waiting for them (a queue only the GPU drains; the run's last one is\n"
+    "  waited for). --hog-memory: take every byte of device memory still free at start, held to the\n"
+    "  end (hogged_mb in the summary). --elementwise N: the K kernels are element-wise passes over\n"
+    "  N floats (N/256 blocks, a thread an element, as a framework's large layers) instead of spin\n"
+    "  kernels; their time follows their grid (simulated GPU: 2 us a wave of 132 blocks).\n";
 
 // tandem's client API when the process runs under libtandem.so, else null.
 using RequestBegin = unsigned long long (*)(unsigned long long);
@@ -143,11 +159,55 @@ struct Models {
   }
 };
 
+// One request's kernels on `s`: K large ones, with the small ones (and the host work before
+// each) spread between them; or, with --graph, one replay of a graph captured from them.
+struct RequestShape {
+  int kernels, blocks, small_kernels;
+  unsigned long long kernel_ns;
+  double host_us;
+  float* elements = nullptr;         // --elementwise: the large kernels' buffer
+  unsigned long long element_count = 0;
+  bool sync = true;                  // --no-sync: false
+  cudaGraphExec_t graph = nullptr;   // --graph
+  // One request: its work, then (unless --no-sync) the host waits for it.
+  void run(cudaStream_t s) const {
+    if (graph) CUDA_CHECK(cudaGraphLaunch(graph, s));
+    else launch(s);
+    if (sync) CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  unsigned element_blocks() const { return static_cast<unsigned>((element_count + 255) / 256); }
+  void size_elementwise(unsigned long long n) {
+    element_count = n;
+    CUDA_CHECK(cudaMalloc(&elements, element_count * sizeof(float)));
+  }
+  void capture(cudaStream_t s) {
+    cudaGraph_t g;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    launch(s);
+    CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    CUDA_CHECK(cudaGraphInstantiate(&graph, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  void launch(cudaStream_t s) const {
+    for (int k = 0; k < kernels; ++k) {
+      if (elements) elementwise_kernel<<<element_blocks(), 256, 0, s>>>(elements, element_count);
+      else spin_kernel<<<blocks, 256, 0, s>>>(kernel_ns);
+      int smalls = small_kernels / kernels + (k < small_kernels % kernels ? 1 : 0);
+      for (int j = 0; j < smalls; ++j) {
+        auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(host_us);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+        small_kernel<<<16, 256, 0, s>>>(static_cast<unsigned long long>(j));
+      }
+    }
+  }
+};
+
 // --threads N: each thread creates its own stream and runs closed-loop requests until the run's
 // end (--seconds) or until N threads together have started `requests`. Returns the requests
 // done; their latencies are appended to `latencies_ms`.
-static int run_threads(int threads, double seconds, int requests, int kernels, int blocks,
-                       unsigned long long kernel_ns, RequestBegin begin_request, RequestEnd end_request,
+static int run_threads(int threads, double seconds, int requests, const RequestShape& shape,
+                       RequestBegin begin_request, RequestEnd end_request,
                        std::chrono::steady_clock::time_point t0, double warmup_s, std::vector<double>& latencies_ms) {
   std::atomic<int> started{0}, done{0};
   std::mutex merge;
@@ -160,12 +220,12 @@ static int run_threads(int threads, double seconds, int requests, int kernels, i
       while (seconds > 0 ? seconds_since(t0) < seconds : started.fetch_add(1) < requests) {
         double arrival = seconds_since(t0);
         unsigned long long begun = begin_request ? begin_request(0) : 0;
-        for (int k = 0; k < kernels; ++k) spin_kernel<<<blocks, 256, 0, s>>>(kernel_ns);
-        CUDA_CHECK(cudaStreamSynchronize(s));
+        shape.run(s);
         if (end_request) end_request(begun);
         if (arrival >= warmup_s) mine.push_back((seconds_since(t0) - arrival) * 1e3);
         done.fetch_add(1);
       }
+      CUDA_CHECK(cudaStreamSynchronize(s));  // --no-sync: the queue drains before the end
       CUDA_CHECK(cudaStreamDestroy(s));
       std::lock_guard<std::mutex> lock(merge);
       latencies_ms.insert(latencies_ms.end(), mine.begin(), mine.end());
@@ -189,12 +249,19 @@ int main(int argc, char** argv) {
   double burst_at = -1, burst_rate = 0, burst_seconds = 0;
   bool transparent = false;
   double warmup_s = 0, slo_ms = 0;
-  int model_count = 0, threads = 1;
+  int model_count = 0, threads = 1, small_kernels = 0;
+  double host_us = 20;
+  bool no_sync = false, use_graph = false, hog_memory = false;
+  unsigned long long elementwise = 0;
   double model_mb = 64, idle_ms = 30000;
   if (const char* t = std::getenv("TANDEM_MEM_IDLE_MS")) {
-    char* end = nullptr;
-    double v = std::strtod(t, &end);
-    if (end != t && !*end && v >= 0) idle_ms = v;
+    // As libtandem reads its time settings: milliseconds, fractions allowed, or with a unit;
+    // the range is the settings table's.
+    tandem::DurationSpec spec{tandem::kNsPerMs, 0, 86400 * tandem::kNsPerS, 1};
+    tandem::DurationResult d = tandem::parse_duration(t, spec);
+    if (d.ok()) idle_ms = static_cast<double>(d.ns) / 1e6;
+    else std::fprintf(stderr, "infer-sim: TANDEM_MEM_IDLE_MS='%s' is not valid (%s; accepted: 0 to 86400s); using 30000\n",
+                      t, tandem::duration_error_text(d.error));
   }
   RateTrace trace;
   int device = 0;
@@ -228,6 +295,12 @@ int main(int argc, char** argv) {
       else a.fail("bad value '" + v + "' for --trace (want light or burst)");
     }
     else if (f == "--threads") threads = static_cast<int>(a.integer(1, 1024));
+    else if (f == "--small-kernels") small_kernels = static_cast<int>(a.integer(0, 100000));
+    else if (f == "--host-us") host_us = a.number(0, 1e6);
+    else if (f == "--no-sync") no_sync = true;
+    else if (f == "--elementwise") elementwise = static_cast<unsigned long long>(a.integer(256, 1LL << 32));
+    else if (f == "--graph") use_graph = true;
+    else if (f == "--hog-memory") hog_memory = true;
     else if (f == "--device") device = static_cast<int>(a.integer(0, 1023));
     else if (f == "--seed") seed = static_cast<unsigned>(a.integer(0, 4294967295LL));
     else if (f == "--report-every") report_every = static_cast<int>(a.integer(0, 1000000000));
@@ -266,16 +339,35 @@ int main(int argc, char** argv) {
   auto end_request = transparent ? nullptr : reinterpret_cast<RequestEnd>(dlsym(RTLD_DEFAULT, "tandem_request_end"));
   if (!begin_request || !end_request) begin_request = nullptr, end_request = nullptr;
 
+  bool open_loop = rate > 0 || trace.kind != RateTrace::none;
+  RequestShape shape{kernels, blocks, small_kernels, kernel_ns, host_us};
+  shape.sync = !no_sync;
+  if (elementwise) shape.size_elementwise(elementwise);
+  if ((no_sync || use_graph) && (model_count || open_loop))
+    a.fail("--no-sync and --graph run closed-loop requests: not with --rate, --trace or --models");
+  if (use_graph) shape.capture(s);
+  // --hog-memory: every byte cudaMalloc still gives, in halving steps, held to the end.
+  std::vector<void*> hogged;
+  double hogged_mb = 0;
+  for (size_t step = size_t{1} << 30; hog_memory && step >= (size_t{2} << 20);) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, step) == cudaSuccess) {
+      hogged.push_back(p);
+      hogged_mb += static_cast<double>(step) / (1 << 20);
+    } else {
+      (void)cudaGetLastError();
+      step /= 2;
+    }
+  }
+
   std::mt19937_64 rng(seed);
   std::exponential_distribution<double> unit_gap(1.0);  // scaled by the rate at each arrival
   std::vector<double> latencies_ms;
   auto t0 = std::chrono::steady_clock::now();
   double next_arrival = 0;  // seconds since t0
   int done = 0;
-  bool open_loop = rate > 0 || trace.kind != RateTrace::none;
   if (threads > 1)
-    done = run_threads(threads, seconds, requests, kernels, blocks, kernel_ns, begin_request, end_request, t0,
-                       warmup_s, latencies_ms);
+    done = run_threads(threads, seconds, requests, shape, begin_request, end_request, t0, warmup_s, latencies_ms);
   while (threads == 1 && (seconds > 0 ? seconds_since(t0) < seconds : done < requests)) {
     double arrival = seconds_since(t0);
     if (open_loop) {
@@ -302,8 +394,7 @@ int main(int argc, char** argv) {
     if (begin_request)
       begun = begin_request(monotonic_ns(t0) + static_cast<unsigned long long>(arrival * 1e9));
     if (served) {
-      for (int k = 0; k < kernels; ++k) spin_kernel<<<blocks, 256, 0, s>>>(kernel_ns);
-      CUDA_CHECK(cudaStreamSynchronize(s));
+      shape.run(s);
       if (!models.all.empty()) models.all[model].last_used_s = seconds_since(t0);
     }
     if (end_request) end_request(begun);
@@ -319,6 +410,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  CUDA_CHECK(cudaStreamSynchronize(s));  // --no-sync: the queue drains before the end
   double elapsed = seconds_since(t0);
   double mean = 0;
   for (double l : latencies_ms) mean += l;
@@ -331,7 +423,8 @@ int main(int argc, char** argv) {
       "\"p99_ms\":%.3f,\"mean_ms\":%.3f,\"elapsed_s\":%.3f,\"mode\":\"%s\",\"gpu_ms_per_request\":%.3f,"
       "\"counted\":%zu,\"slo_ms\":%.3f,\"slo_attainment\":%.4f,\"request_api\":%s,\"failed\":%d,"
       "\"models\":%d,\"model_mb\":%.0f,\"cold_starts\":%d,\"load_p50_ms\":%.3f,\"load_max_ms\":%.3f,"
-      "\"evictions\":%d,\"idle_releases\":%d,\"loaded_high\":%d}\n",
+      "\"evictions\":%d,\"idle_releases\":%d,\"loaded_high\":%d,\"small_kernels\":%d,\"synchronized\":%s,"
+      "\"graph\":%s,\"hogged_mb\":%.0f}\n",
       done, done / elapsed, percentile(latencies_ms, 50), percentile(latencies_ms, 95),
       percentile(latencies_ms, 99), mean, elapsed,
       trace.kind == RateTrace::light ? "trace-light"
@@ -341,7 +434,11 @@ int main(int argc, char** argv) {
       kernels * kernel_us / 1e3, latencies_ms.size(), slo_ms, attainment, begin_request ? "true" : "false", failed,
       model_count, model_count ? model_mb : 0.0, models.cold_starts, percentile(models.load_ms, 50),
       models.load_ms.empty() ? 0.0 : *std::max_element(models.load_ms.begin(), models.load_ms.end()),
-      models.evictions, models.idle_releases, models.loaded_high);
+      models.evictions, models.idle_releases, models.loaded_high, small_kernels, no_sync ? "false" : "true",
+      use_graph ? "true" : "false", hogged_mb);
+  for (void* p : hogged) CUDA_CHECK(cudaFree(p));
+  if (shape.graph) CUDA_CHECK(cudaGraphExecDestroy(shape.graph));
+  if (shape.elements) CUDA_CHECK(cudaFree(shape.elements));
   for (auto& m : models.all)
     if (m.weights) models.unload(m);
   if (weights) CUDA_CHECK(cudaFree(weights));

@@ -11,10 +11,19 @@ TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON ${TANDEM_CMAKE_ARGS:-}" TANDEM_EXTRA_PACKA
 # PyTorch for the e2e_torch_* tests (.venv/; fast when already there). If it cannot be created
 # those tests are skipped and say why; everything else still runs.
 scripts/setup-venv.sh || echo "test: the PyTorch venv could not be created; the PyTorch tests will be skipped" >&2
-# The simulated GPU's shared segments of earlier runs (fixed names for tests/simgpu, named after
-# a pid for the e2e tests): one left by a killed process may name an owner whose pid is alive
-# again, and that test's GPU would never be free.
-rm -f /dev/shm/simgpu-test-* /dev/shm/simgpu-e2e-* 2>/dev/null || true
+# The simulated GPU's shared segments of earlier runs of this build (fixed names for
+# tests/simgpu, tagged with the build directory) and of killed tests (named after a pid no
+# longer running): one left by a killed process may name an owner whose pid is alive again, and
+# that test's GPU would never be free. Another checkout's tests, running now, keep theirs.
+tag=$(printf %s "$(cd build && pwd -P)" | md5sum | cut -c1-8)
+rm -f /dev/shm/simgpu-test-"$tag"-* 2>/dev/null || true
+for segment in /dev/shm/simgpu-e2e-* /dev/shm/simgpu-fixture-*; do
+  [ -e "$segment" ] || continue
+  name=${segment#/dev/shm/simgpu-}  # e2e-PID[-...] or fixture-PID[-...]
+  pid=${name#*-}
+  pid=${pid%%-*}
+  [ -d "/proc/$pid" ] || rm -f "$segment"
+done
 ctest --test-dir build --output-on-failure -j2 "$@"
 if [ $# -eq 0 ] && [ "${TANDEM_TEST_SANITIZERS:-1}" != 0 ]; then
   scripts/sanitize.sh

@@ -46,9 +46,13 @@
 #define TANDEM_TRAINING_COLLECTIVES_HELD 1u /* every rank of its job is on this node (TANDEM_JOB_LOCAL): its
                                                collectives are held (with its peers', by tandemd, when it is one of several processes) */
 #define TANDEM_TRAINING_MPS 2u /* its context is an MPS client (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): processes run side by side */
-
-/* tandem_client_page.live_partitions: at most this many, and the value that names none */
+/* Live SM partitions (policy slo under MPS, docs/slo.md): the levels a training process may hold
+   as green contexts, in percent of the GPU's SMs (rounded down to the GPU's granularity), and the
+   training_flags bit that says it holds level i, ready for tandem_slot.live_partition. */
 #define TANDEM_LIVE_PARTITIONS 4u
+#define TANDEM_LIVE_LEVELS {25, 50, 70, 85}
+#define TANDEM_TRAINING_LIVE(i) (1u << (8u + (i)))
+#define TANDEM_TRAINING_LIVE_MASK (0xfu << 8u)
 
 /* Gate modes, set by the daemon. */
 #define TANDEM_GATE_OPEN 0u   /* launches pass: not gated, or failed open */
@@ -87,7 +91,8 @@ struct tandem_slot {
   uint64_t collectives_allowed;
   /* Policy slo, live SM partitioning (docs/slo.md): while nonzero, this training process's
      launches go to its green-context streams holding this percentage of the GPU's SMs (one of
-     its page's live_partitions); 0: to its own streams, on every SM. tandemd sets it only while
+     the TANDEM_LIVE_LEVELS its page's training_flags say it holds); 0: to its own streams, on
+     every SM. tandemd sets it only while
      an online request runs. Added in the reserved bytes (zero in an older daemon), layout
      version unchanged. */
   uint32_t live_partition;
@@ -127,10 +132,9 @@ struct tandem_client_page {
   uint32_t latency_samples;   /* requests it was computed from */
   uint32_t progress_wake;     /* futex word of the client's own threads: its progress thread wakes
                                  its gate when completions free room in the in-flight bound */
-  uint8_t live_partitions[TANDEM_LIVE_PARTITIONS]; /* training: the SM partitions (percent of the GPU's
-                                 SMs, ascending, 0 = none) its green contexts hold, ready for
-                                 tandem_slot.live_partition; all 0 when it has none (no green
-                                 contexts, refused, or an MPS client limited below 100%). Was reserved32. */
+  uint32_t gate_want_us;      /* a launch waiting at the gate for tokens: its estimated GPU time in us
+                                 (0: none waits); tandemd grants a launch too long for the filler's
+                                 in-flight share whole, when the bubble can hold it */
   uint32_t sm_count;          /* SMs its context may use (MPS execution affinity); 0: not reported */
   uint32_t device_sms;        /* SMs of its GPU; sm_count < device_sms: spatially limited */
   uint32_t training_flags;    /* TANDEM_TRAINING_* */

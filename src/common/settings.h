@@ -2,10 +2,13 @@
 // storage. No allocation and no libc getenv: safe to call from the first hooked driver call.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+
+#include "duration.h"
 
 namespace tandem {
 
-enum class SettingKind { Enum, Bool, Text, Int, Size };
+enum class SettingKind { Enum, Bool, Text, Int, Size, Duration };
 
 enum class SettingId {
 #define X(name, kind, def, accepted, desc) name,
@@ -18,8 +21,10 @@ struct SettingInfo {
   const char* name;
   SettingKind kind;
   const char* default_value;
-  const char* accepted;  // '|'-separated for Enum and Bool
+  const char* accepted;  // '|'-separated for Enum and Bool; "MIN to MAX..." for Duration and Int
   const char* description;
+  DurationSpec duration;   // Duration: a bare number's unit (from the name), range and resolution
+  long long int_min, int_max;  // Int: the range
 };
 
 // The static table, in declaration order.
@@ -29,6 +34,10 @@ const SettingInfo* setting_table(size_t* count) noexcept;
 const char* setting_text(SettingId id) noexcept;
 bool setting_bool(SettingId id) noexcept;
 long long setting_int(SettingId id) noexcept;
+// A time setting (kind Duration) in nanoseconds: within its range, a whole number of its
+// resolution, so that scaling it to the consumer's unit neither overflows nor rounds.
+// (setting_int on one gives whole units of its name, truncated: 23 for TANDEM_SLO_MS=23.24.)
+uint64_t setting_ns(SettingId id) noexcept;
 // Index of the value among the Enum's accepted values.
 int setting_enum(SettingId id) noexcept;
 // True when the variable was present (and valid) in the environment.
@@ -39,7 +48,7 @@ bool setting_was_set(SettingId id) noexcept;
 using WarnSink = void (*)(const char* message) noexcept;
 void load_settings(char** env, WarnSink warn) noexcept;
 
-// Checks `value` against the setting's accepted values. Enum/Bool only; Text always ok.
+// Checks `value` against the setting's accepted values; Text is always valid.
 bool setting_value_valid(const SettingInfo& info, const char* value) noexcept;
 
 // A memory size: bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "MB" and

@@ -25,6 +25,7 @@ const char* const kUsage =
     "  mem --set PID SIZE [--json]       set a process's memory quota (8G, 512M, 25%; none clears)\n"
     "  settings [--markdown | --json]    every TANDEM_* setting with default and description\n"
     "  version [--json]                  the version of tandemctl\n"
+    "Times (S, N) are seconds, fractions allowed, or a number with a unit: 500ms, 250us, 1.5s.\n"
     "Errors go to stderr (exit status 1: tandemd absent or refusing; 2: bad arguments), also with --json.\n";
 
 void usage_error(const std::string& why) {

@@ -38,7 +38,8 @@ std::string mib(unsigned long long bytes);
 int status_command(const std::string& socket_path, bool json);
 int mem_show_command(const std::string& socket_path, bool json);
 int mem_set_command(const std::string& socket_path, const std::string& pid_text, std::string size, bool json);
-int trace_command(const std::string& socket_path, double seconds, const std::string& out, bool json);
+// Records `span_ns` of scheduling (tandemctl trace --seconds) into `out`.
+int trace_command(const std::string& socket_path, uint64_t span_ns, const std::string& out, bool json);
 int settings_command(bool markdown, bool json);
 int top_command(const std::string& socket_path, double interval_s, bool json);
 

@@ -4,9 +4,25 @@
 #include <string>
 
 #include "ctl_common.h"
+#include "duration.h"
 #include "settings.h"
 
 extern char** environ;
+
+namespace {
+
+// A time flag's value: seconds, fractions allowed, or a number with a unit (500ms, 1.5s).
+uint64_t duration_flag(const std::string& flag, const char* text, const char* accepted) {
+  tandem::DurationSpec spec;
+  if (!tandem::parse_duration_range(accepted, tandem::kNsPerS, spec)) tandem::ctl::usage_error("bad range for " + flag);
+  tandem::DurationResult d = tandem::parse_duration(text, spec);
+  if (!d.ok())
+    tandem::ctl::usage_error(flag + " '" + text + "' is not valid (" + tandem::duration_error_text(d.error) +
+                             "; accepted: " + accepted + ", seconds or a number with a unit: ns, us, ms, s)");
+  return d.ns;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tandem::ctl;
@@ -14,7 +30,8 @@ int main(int argc, char** argv) {
   if (argc < 2) usage_error("missing command");
   std::string command = argv[1];
   bool json = false, markdown = false;
-  double seconds = 0, interval_s = 1.0;
+  uint64_t trace_ns = 0;
+  double interval_s = 1.0;
   std::string out;
   std::string set_pid, set_size;
   bool set = false;
@@ -24,13 +41,10 @@ int main(int argc, char** argv) {
     if (a == "--json") json = true;
     else if (a == "--markdown") markdown = true;
     else if (a == "--socket" && i + 1 < argc) socket_path = argv[++i];
-    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else if (a == "--seconds" && i + 1 < argc) trace_ns = duration_flag(a, argv[++i], "1ms to 3600s");
     else if (a == "--out" && i + 1 < argc) out = argv[++i];
-    else if (a == "--interval" && i + 1 < argc) {
-      char* end = nullptr;
-      interval_s = std::strtod(argv[++i], &end);
-      if (*end || !(interval_s >= 0.1 && interval_s <= 3600)) usage_error("--interval takes seconds from 0.1 to 3600");
-    }
+    else if (a == "--interval" && i + 1 < argc)
+      interval_s = static_cast<double>(duration_flag(a, argv[++i], "100ms to 3600s")) / 1e9;
     else if (a == "--set" && i + 2 < argc) {
       set = true;
       set_pid = argv[++i];
@@ -45,7 +59,7 @@ int main(int argc, char** argv) {
     if (markdown) usage_error("top has no --markdown");
     return top_command(socket_path, interval_s, json);
   }
-  if (command == "trace") return trace_command(socket_path, seconds, out, json);
+  if (command == "trace") return trace_command(socket_path, trace_ns, out, json);
   if (command == "mem")
     return set ? mem_set_command(socket_path, set_pid, set_size, json) : mem_show_command(socket_path, json);
   if (command == "version") {

@@ -60,6 +60,10 @@ int status_command(const std::string& socket_path, bool json) {
                   s["nccl_launches"].get<unsigned long long>(), static_cast<double>(s["tokens_ns"].get<long long>()) / 1e3,
                   static_cast<double>(s["granted_ns"].get<unsigned long long>()) / 1e6,
                   s["gate_waits"].get<unsigned long long>(), s["gate_wait_ms"].get<double>());
+    // Colocations the admission checks refuse, and fillers that wait for a longer bubble.
+    if (g.contains("admission_refused") && g["admission_refused"].is_array())
+      for (const auto& why : g["admission_refused"])
+        if (why.is_string()) std::printf("  admission: %s\n", why.get<std::string>().c_str());
     if (g.contains("slo") && g["slo"].is_object()) {
       const auto& slo = g["slo"];
       std::printf("  slo: online inference %s, training duty cycle %.2f (in flight <= %.2f ms), gain estimate %.2f%s\n",

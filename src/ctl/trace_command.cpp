@@ -18,13 +18,14 @@ uint64_t monotonic_ns() {
 
 }  // namespace
 
-int trace_command(const std::string& socket_path, double seconds, const std::string& out, bool json) {
-  if (seconds <= 0 || out.empty()) usage_error("trace needs --seconds N (> 0) and --out FILE");
+int trace_command(const std::string& socket_path, uint64_t span_ns, const std::string& out, bool json) {
+  if (span_ns == 0 || out.empty()) usage_error("trace needs --seconds N and --out FILE");
   // The daemon's clock is this machine's CLOCK_MONOTONIC: mark now, wait, fetch what came since.
   ask(socket_path, MessageType::status_request, "{}", MessageType::status_reply);
   uint64_t since = monotonic_ns();
-  timespec wait{static_cast<time_t>(seconds), static_cast<long>((seconds - static_cast<double>(static_cast<time_t>(seconds))) * 1e9)};
-  nanosleep(&wait, nullptr);
+  timespec wait{static_cast<time_t>(span_ns / 1000000000ull), static_cast<long>(span_ns % 1000000000ull)};
+  while (nanosleep(&wait, &wait) != 0 && errno == EINTR) {
+  }
   std::string reply = ask(socket_path, MessageType::trace_request,
                           nlohmann::json{{"since_ns", since}}.dump(), MessageType::trace_reply);
   nlohmann::json j = nlohmann::json::parse(reply, nullptr, false);
@@ -47,7 +48,8 @@ int trace_command(const std::string& socket_path, double seconds, const std::str
   std::fwrite(text.data(), 1, text.size(), f);
   std::fclose(f);
   if (json)
-    print_json({{"out", out}, {"seconds", seconds}, {"since_ns", since}, {"events", events.size()}, {"gpus", per_gpu}});
+    print_json({{"out", out}, {"seconds", static_cast<double>(span_ns) / 1e9}, {"since_ns", since},
+                {"events", events.size()}, {"gpus", per_gpu}});
   else
     std::printf("tandemctl: %zu events in %s (open it in ui.perfetto.dev)\n", events.size(), out.c_str());
   return 0;

@@ -1,5 +1,9 @@
 #include "gate.h"
 
+#include <time.h>
+
+#include <algorithm>
+
 #include "counters.h"
 #include "futex.h"
 #include "progress.h"
@@ -35,10 +39,33 @@ int64_t balance(const tandem_slot* slot, const tandem_client_page* page) noexcep
 }
 }  // namespace
 
+// A filler pays for a launch in full before it starts: the balance must cover its cost, so a
+// long kernel cannot start on the last microseconds of a bubble's tokens. Training gated under
+// policy slo starts a kernel on any positive balance (its kernels may be longer than the whole
+// in-flight window; the window, not the balance, protects the request).
+bool pays_in_full() noexcept { return g_role == TANDEM_ROLE_BATCH_INFERENCE; }
+
+// What tandemd sees of a launch waiting at the gate (page->gate_want_us): its cost, so that a
+// launch longer than the filler's share can be granted whole, and status can say why it waits.
+void publish_want(tandem_client_page* page, uint64_t cost_ns) noexcept {
+  uint64_t us = cost_ns / 1000 + 1;
+  __atomic_store_n(&page->gate_want_us, us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(us), __ATOMIC_RELAXED);
+}
+
+const tandem_slot* slot_after_first_link() noexcept {
+  const uint64_t deadline = monotonic_ns() + setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
+  while (g_link_attempts.load(std::memory_order_acquire) == 0 && monotonic_ns() < deadline) {
+    timespec ts{0, 1000000};
+    nanosleep(&ts, nullptr);
+  }
+  return current_slot();
+}
+
 void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns) noexcept {
-  const uint64_t period_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
-  const uint64_t stale_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
+  const uint64_t period_ns = setting_ns(SettingId::TANDEM_SAMPLE_US);
+  const uint64_t stale_ns = setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
   const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
+  const int64_t need = pays_in_full() ? std::max<int64_t>(static_cast<int64_t>(cost_ns), 1) : 1;
   uint64_t start = 0;
   for (;;) {
     uint32_t request_seq = shm ? __atomic_load_n(&shm->request_seq, __ATOMIC_ACQUIRE) : 0;
@@ -48,20 +75,15 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
     // request then waits at most for the work already on the GPU), and the work in flight is
     // bounded here, where completions are seen first (the progress thread wakes this wait).
     bool request_running = !open && shm && online_request_open(shm, now);
-    bool full = false;
-    uint64_t bound = __atomic_load_n(&slot->inflight_bound_ns, __ATOMIC_ACQUIRE);
-    if (!open && bound) {
-      uint64_t issued = __atomic_load_n(&page->issued_ns, __ATOMIC_ACQUIRE);
-      uint64_t completed = __atomic_load_n(&page->completed_ns, __ATOMIC_ACQUIRE);
-      full = issued > completed && issued - completed >= bound;
-    }
-    // Any positive balance admits one kernel (it may overdraw): the in-flight bound, not the
-    // balance, is what protects the other job.
-    if (!request_running && !full && (open || balance(slot, page) > 0)) {
+    bool full = queue_full(slot, page);
+    if (!request_running && !full && (open || balance(slot, page) >= need)) {
       __atomic_fetch_add(&page->tokens_taken_ns, cost_ns, __ATOMIC_ACQ_REL);
       break;
     }
-    if (!start) start = now;
+    if (!start) {
+      start = now;
+      if (need > 1) publish_want(page, cost_ns);
+    }
     if (!shm || now > __atomic_load_n(&shm->daemon_heartbeat_ns, __ATOMIC_ACQUIRE) + stale_ns) {
       count(gate_counters().fail_open);  // the daemon is gone or hung: let the kernel run
       break;
@@ -71,7 +93,7 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
       continue;
     }
     uint32_t wake = __atomic_load_n(&slot->wake, __ATOMIC_ACQUIRE);
-    if (!full && balance(slot, page) > 0) continue;
+    if (!full && balance(slot, page) >= need) continue;
     if (full) {
       // Completions are what this wait is for: look for them now and then often, rather than
       // a progress tick later (each look is an event query per marker passed). The progress
@@ -81,9 +103,11 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
       futex_wait(&page->progress_wake, progress, period_ns / 8);
       continue;
     }
-    futex_wait(&slot->wake, wake, 4 * period_ns);  // bounded: re-check the daemon's heartbeat
+    // Bounded: re-check the daemon's heartbeat, at least as often as it may go stale.
+    futex_wait(&slot->wake, wake, std::min(4 * period_ns, stale_ns));
   }
   if (start) {
+    if (need > 1) __atomic_store_n(&page->gate_want_us, 0u, __ATOMIC_RELAXED);
     uint64_t waited = monotonic_ns() - start;
     __atomic_fetch_add(&page->gate_waits, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&page->gate_wait_ns, waited, __ATOMIC_RELAXED);

@@ -1,8 +1,9 @@
 // The green contexts of a training process's live partitions (green_streams.h): made once, on
 // the progress thread with the application's context current, as cuda.h's four steps say (the
 // device's SM resource, one group split off it, its descriptor, a green context with its
-// default stream), one per level of kLevels that the GPU's granularity can tell apart. The
-// levels are fixed and published in the page, so tandemd chooses among what exists.
+// default stream), one per level of TANDEM_LIVE_LEVELS (shm_abi.h: 25, 50, 70 and 85% of the
+// SMs, rounded down) that the GPU's granularity can tell apart. The page's training_flags say
+// which are ready, so tandemd chooses among what exists.
 #include <mutex>
 
 #include "green_partitions.h"
@@ -17,8 +18,8 @@ GreenState g_green;
 namespace {
 
 // Percentages of the GPU's SMs training may keep while a request runs: a quarter to most of
-// them, finer where inference's share usually settles. Rounded down to the SM granularity.
-constexpr unsigned kLevels[TANDEM_LIVE_PARTITIONS] = {25, 50, 70, 85};
+// them, finer where inference's share usually settles.
+constexpr unsigned kLevels[TANDEM_LIVE_PARTITIONS] = TANDEM_LIVE_LEVELS;
 
 Partition g_partitions[TANDEM_LIVE_PARTITIONS];
 int g_count = 0;           // prepared (written before g_green's ready bit)
@@ -61,7 +62,8 @@ bool prepare(CUdevice dev) noexcept {
   unsigned step = whole.sm.smCoscheduledAlignment ? whole.sm.smCoscheduledAlignment : 1;
   unsigned minimum = whole.sm.minSmPartitionSize;
   unsigned previous = 0;
-  for (unsigned pct : kLevels) {
+  for (unsigned level = 0; level < TANDEM_LIVE_PARTITIONS; ++level) {
+    unsigned pct = kLevels[level];
     unsigned sms = whole.sm.smCount * pct / 100 / step * step;
     if (sms < minimum) sms = minimum;
     if (sms <= previous || sms >= whole.sm.smCount) continue;  // the granularity cannot tell it from its neighbour
@@ -77,7 +79,7 @@ bool prepare(CUdevice dev) noexcept {
       refuse("the driver refused a green context", r);
       break;  // keep those made
     }
-    g_partitions[g_count++] = {static_cast<uint8_t>(pct), group.sm.smCount, ctx};
+    g_partitions[g_count++] = {static_cast<uint8_t>(pct), level, group.sm.smCount, ctx};
     previous = group.sm.smCount;
   }
   if (g_count == 0) return false;
@@ -96,14 +98,11 @@ void prepare_green_partitions() noexcept {
   if (prepare(dev)) g_green.word.fetch_or(GreenState::kReady, std::memory_order_release);
 }
 
-void publish_green_partitions(tandem_client_page* page) noexcept {
-  for (unsigned i = 0; i < TANDEM_LIVE_PARTITIONS; ++i) {
-    uint8_t pct = g_green.ready() && static_cast<int>(i) < g_count ? g_partitions[i].pct : 0;
-    __atomic_store_n(&page->live_partitions[i], pct, __ATOMIC_RELAXED);
-  }
+uint32_t green_training_flags() noexcept {
+  uint32_t flags = g_mps ? TANDEM_TRAINING_MPS : 0u;
+  for (int i = 0; g_green.ready() && i < g_count; ++i) flags |= TANDEM_TRAINING_LIVE(g_partitions[i].level);
+  return flags;
 }
-
-uint32_t green_training_flags() noexcept { return g_mps ? TANDEM_TRAINING_MPS : 0u; }
 
 int green_partition_for(uint32_t pct) noexcept {
   int best = -1;

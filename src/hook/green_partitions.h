@@ -8,7 +8,8 @@
 namespace tandem::hook {
 
 struct Partition {
-  uint8_t pct = 0;       // the level: percent of the GPU's SMs
+  uint8_t pct = 0;       // percent of the GPU's SMs
+  unsigned level = 0;    // its index in TANDEM_LIVE_LEVELS
   unsigned sms = 0;      // what the green context holds
   CUgreenCtx ctx = nullptr;
 };
@@ -19,7 +20,8 @@ int green_partition_count() noexcept;
 // -1 when none is.
 int green_partition_for(uint32_t pct) noexcept;
 const Partition& green_partition(int index) noexcept;
-// TANDEM_TRAINING_MPS when the context is an MPS client (known once prepared).
+// The page's training_flags of live partitioning: TANDEM_TRAINING_MPS when the context is an
+// MPS client, TANDEM_TRAINING_LIVE(i) for each level prepared (known once prepared).
 uint32_t green_training_flags() noexcept;
 void green_partitions_after_fork_child() noexcept;
 

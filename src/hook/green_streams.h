@@ -52,9 +52,8 @@ struct GreenState {
 extern GreenState g_green;
 
 // The progress thread, its first turn with the application's context current: prepares the
-// partitions (logged once when it cannot) and, every turn, publishes them in the page.
+// partitions (logged once when it cannot); its page's flags then say which (green_partitions.h).
 void prepare_green_partitions() noexcept;
-void publish_green_partitions(tandem_client_page* page) noexcept;
 
 // True when a launch or stream operation must go through the switching below.
 inline bool green_engaged() noexcept {

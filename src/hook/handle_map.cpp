@@ -24,22 +24,27 @@ namespace {
 // Static storage, never destroyed: hooks may run during and after static destruction.
 HandleMap g_function_kinds;
 HandleMap g_graph_exec_kernels;
+HandleMap g_kernel_costs;
 }  // namespace
 
 HandleMap& function_kinds() noexcept { return g_function_kinds; }
 HandleMap& graph_exec_kernels() noexcept { return g_graph_exec_kernels; }
+HandleMap& kernel_costs() noexcept { return g_kernel_costs; }
 
 void handle_maps_lock_all() noexcept {
   g_function_kinds.lock();
   g_graph_exec_kernels.lock();
+  g_kernel_costs.lock();
 }
 void handle_maps_unlock_all() noexcept {
+  g_kernel_costs.unlock();
   g_graph_exec_kernels.unlock();
   g_function_kinds.unlock();
 }
 void handle_maps_reset_locks_in_child() noexcept {
   g_function_kinds.reset_lock();
   g_graph_exec_kernels.reset_lock();
+  g_kernel_costs.reset_lock();
 }
 
 }  // namespace tandem::hook

@@ -47,9 +47,11 @@ class HandleMap {
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
 };
 
-// The process's maps: kernel classification per function handle, kernel counts per graph exec.
+// The process's maps: kernel classification per function handle, kernel counts per graph exec,
+// learned GPU time per kernel shape (kernel_cost.h).
 HandleMap& function_kinds() noexcept;
 HandleMap& graph_exec_kernels() noexcept;
+HandleMap& kernel_costs() noexcept;
 
 void handle_maps_lock_all() noexcept;
 void handle_maps_unlock_all() noexcept;

@@ -54,8 +54,8 @@ void read_job_identity() noexcept {
 }
 
 void collective_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t n) noexcept {
-  const uint64_t period_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
-  const uint64_t stale_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
+  const uint64_t period_ns = setting_ns(SettingId::TANDEM_SAMPLE_US);
+  const uint64_t stale_ns = setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
   const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
   uint64_t start = monotonic_ns();
   __atomic_store_n(&page->collective_waiting, static_cast<uint32_t>(n), __ATOMIC_RELAXED);

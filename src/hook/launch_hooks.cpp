@@ -1,11 +1,14 @@
 // Kernel-launch hooks: count each launch by its exact entry point, classify NCCL kernels,
 // and leave launches into capturing streams alone. Fast path: no lock, no system call, no
 // allocation (kernel_kind() and stream_is_capturing() are lock-free after warm-up).
+#include <algorithm>
+
 #include "capture_state.h"
 #include "counters.h"
 #include "gate.h"
 #include "green_streams.h"
 #include "job_ranks.h"
+#include "kernel_cost.h"
 #include "progress.h"
 #include "online_requests.h"
 #include "handle_map.h"
@@ -19,9 +22,12 @@ namespace {
 
 struct Dims {
   unsigned gx, gy, gz, bx, by, bz;
+  uint64_t blocks() const { return uint64_t{gx} * gy * gz; }
+  uint64_t threads() const { return blocks() * bx * by * bz; }
 };
 
-std::atomic<uint64_t> g_last_cost_ns{0};  // for graphs, whose nodes' sizes are not at hand
+// A graph not timed yet is charged its kernel nodes at this: the process's last kernel estimate.
+std::atomic<uint64_t> g_last_cost_ns{kMinKernelCostNs};
 
 // The gate is shut (tokens), so the daemon bounds this process's in-flight work.
 inline bool gate_shut() noexcept {
@@ -89,15 +95,24 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
   KernelKind kind = kernel_kind(f);
   bool managed = g_role != TANDEM_ROLE_NONE;
   bool gated = managed && gated_launch(kind);
+  int sample = -1;
   if (managed) {
-    uint64_t cost = gated ? launch_cost_ns(d.gx, d.gy, d.gz, d.bx, d.by, d.bz) : 0;
-    if (cost) g_last_cost_ns.store(cost, std::memory_order_relaxed);
+    uint64_t cost = 0;
+    uintptr_t key = 0;
+    if (gated) {
+      key = kernel_cost_key(f, d.blocks());
+      cost = kernel_cost_ns(key, d.threads());
+      g_last_cost_ns.store(cost, std::memory_order_relaxed);
+    }
     before_managed_launch(kind, s, per_thread_stream, gated, cost);
     if (kind == KernelKind::nccl && g_job_grouped) collective_take();
+    // Training while a request runs: to a green context's stream (green_streams.h).
+    s = green_launch_stream(s, per_thread_stream, kind != KernelKind::nccl);
+    // After the gate: the timing starts when the kernel may run, not while it waits for tokens.
+    if (gated) sample = cost_sample_begin(key, d.threads(), s, per_thread_stream);
   }
-  // Training while a request runs: to a green context's stream (green_streams.h).
-  s = green_launch_stream(s, per_thread_stream, kind != KernelKind::nccl);
   CUresult r = call(s);
+  cost_sample_end(sample, s, per_thread_stream, r == CUDA_SUCCESS);
   if (__builtin_expect(r == CUDA_SUCCESS, 1)) {
     count(c.by_entry[static_cast<size_t>(entry)]);
     if (kind == KernelKind::nccl) count(c.nccl);
@@ -112,7 +127,7 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
     // of Exclusive). Markers complete in order, so with one behind every gated kernel what
     // was issued before a completed marker has run. Under policy slo a bounded launch also
     // sees its completion when it happens, without waiting for a tick.
-    if (gated && (bounded_inflight() || (g_role == TANDEM_ROLE_BATCH_INFERENCE && gate_shut())))
+    if (gated && gate_shut() && (bounded_inflight() || g_role == TANDEM_ROLE_BATCH_INFERENCE))
       record_marker_now(s, per_thread_stream);
   }
   return r;
@@ -131,17 +146,29 @@ inline CUresult launch_graph(Entry entry, CUgraphExec exec, CUstream s, bool per
   if (nodes == HandleMap::kAbsent) nodes = 0;  // instantiated before tandem saw it
   uint64_t kernels = nodes & 0xffffffffu, nccl = nodes >> 32;
   bool managed = g_role != TANDEM_ROLE_NONE;
-  // A graph is charged by its content: its kernel nodes at the process's recent kernel cost.
+  int sample = -1;
+  // A graph is charged as one piece of work: its learned GPU time once a replay was timed,
+  // before that its kernel nodes at the process's recent kernel estimate.
   if (managed) {
     bool gated = gated_launch(KernelKind::compute);
-    before_managed_launch(KernelKind::compute, s, per_thread_stream, gated, gated ? kernels * g_last_cost_ns.load() : 0);
+    uintptr_t key = graph_cost_key(exec);
+    uint64_t cost = 0;
+    if (gated) {
+      cost = learned_cost_ns(key);
+      if (!cost) cost = std::max<uint64_t>(kernels, 1) * g_last_cost_ns.load(std::memory_order_relaxed);
+    }
+    before_managed_launch(KernelKind::compute, s, per_thread_stream, gated, cost);
+    // Whole, to where its stream's work is: a graph's kernels run in the context they were
+    // captured in, so a green stream would not confine them (green_streams.h).
+    s = green_launch_stream(s, per_thread_stream, false);
+    if (gated) sample = cost_sample_begin(key, 0, s, per_thread_stream);
   }
-  // Whole, to where its stream's work is: a graph's kernels run in the context they were
-  // captured in, so a green stream would not confine them (green_streams.h).
-  s = green_launch_stream(s, per_thread_stream, false);
   CUresult r = call(s);
+  cost_sample_end(sample, s, per_thread_stream, r == CUDA_SUCCESS);
   if (r == CUDA_SUCCESS) {
     if (managed && kernels > nccl) after_managed_launch(KernelKind::compute, s, per_thread_stream, kernels - nccl);
+    // As behind a gated kernel: the replay's completion is seen as soon as it happens.
+    if (sample >= 0 || (managed && gated_launch(KernelKind::compute) && gate_shut())) record_marker_now(s, per_thread_stream);
     count(c.by_entry[static_cast<size_t>(entry)]);
     count(c.graph_launches);
     count(c.graph_kernels, kernels);

@@ -147,7 +147,7 @@ void publish_request_latency() noexcept {
   const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
   tandem_client_page* page = current_page();
   if (!current_slot() || !shm || !page) return;
-  __atomic_store_n(&page->slo_us, static_cast<uint32_t>(std::min<long long>(setting_int(SettingId::TANDEM_SLO_MS) * 1000, UINT32_MAX)),
+  __atomic_store_n(&page->slo_us, static_cast<uint32_t>(setting_ns(SettingId::TANDEM_SLO_MS) / kNsPerUs),
                    __ATOMIC_RELAXED);
   static uint64_t sorted[kSamples];  // the progress thread's alone
   size_t n = 0;

@@ -217,7 +217,7 @@ class DaemonBroker final : public memory::PoolBroker {
         r.reason = j.value("reason", std::string());
       return false;  // pool_granted (or anything unexpected) ends the answer
     };
-    int wait_ms = static_cast<int>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS));
+    int wait_ms = static_cast<int>(setting_ns(SettingId::TANDEM_MEM_HANDOVER_MS) / kNsPerMs);
     // "batch": many chunks to a message (a handover's cost does not grow a message per chunk).
     nlohmann::json request = {{"bytes", bytes}, {"chunk_bytes", chunk_bytes}, {"seq", replies.seq},
                               {"wait_ms", wait_ms}, {"batch", true}};

@@ -15,6 +15,7 @@
 #include "green_partitions.h"
 #include "green_streams.h"
 #include "job_ranks.h"
+#include "kernel_cost.h"
 #include "log.h"
 #include "memory_quota.h"
 #include "mps_share.h"
@@ -44,7 +45,6 @@ struct Marker {
   tandem_slot* slot = nullptr;
   uint64_t issued_ns = 0;   // the slot's issued_ns when recorded: the work it covers
   uint64_t recorded_at = 0;
-  uint64_t gate_waits = 0;  // the slot's gate_waits when recorded
   bool nccl = false;  // behind an NCCL kernel: tells when the collective is over
   // The page it was counted in: one recorded before tandemd restarted completes into nothing
   // (the new page's counters start again from zero; its issued_ns would look like a lie).
@@ -53,10 +53,6 @@ struct Marker {
 std::mutex g_marker_mutex;
 Marker g_ring[kMarkers];
 uint64_t g_head = 0, g_tail = 0;  // recorded, completed
-
-// ns of GPU time per launched thread, as 1/1024 ns fixed point; learned from markers.
-std::atomic<uint64_t> g_ns_per_thread_q10{10 << 10};
-uint64_t g_last_completion = 0;
 
 std::atomic<bool> g_thread_started{false};
 
@@ -70,7 +66,6 @@ bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   if (r != CUDA_SUCCESS) return false;
   m.issued_ns = __atomic_load_n(&page->issued_ns, __ATOMIC_RELAXED);
   m.recorded_at = monotonic_ns();
-  m.gate_waits = __atomic_load_n(&page->gate_waits, __ATOMIC_RELAXED);
   m.nccl = nccl;
   m.page = page;
   ++g_head;
@@ -92,24 +87,7 @@ void record_from_progress_thread(CUstream s, bool per_thread, bool nccl) {
   try_record(s, per_thread, nccl);
 }
 
-// The work between two markers was launched after the first was recorded, so it ran no
-// earlier than the later of that and the first one's completion: its measured length over its
-// estimate rescales the process's ns-per-thread estimate (next_cost_estimate). A span in which
-// the process waited at its gate measures the wait, not the work: skipped.
-void calibrate(const Marker& previous, const Marker& m, uint64_t now) {
-  uint64_t estimated = m.issued_ns - previous.issued_ns;
-  if (m.issued_ns <= previous.issued_ns || estimated < 10000 || m.gate_waits != previous.gate_waits) return;
-  uint64_t began = g_last_completion > previous.recorded_at ? g_last_completion : previous.recorded_at;
-  if (now <= began) return;
-  double ratio = static_cast<double>(now - began) / static_cast<double>(estimated);
-  if (ratio > 64.0) return;  // the GPU sat idle, or the process did: not a measurement
-  double q10 = static_cast<double>(g_ns_per_thread_q10.load(std::memory_order_relaxed));
-  double updated = next_cost_estimate(q10, ratio);
-  g_ns_per_thread_q10.store(updated < 1 ? 1 : static_cast<uint64_t>(updated), std::memory_order_relaxed);
-}
-
-// Completed markers advance the slot's progress and calibrate the cost estimate.
-// With g_marker_mutex held.
+// Completed markers advance the slot's progress. With g_marker_mutex held.
 void poll_markers_locked(uint64_t now) {
   const tandem_slot* daemon_slot = current_slot();
   tandem_client_page* page = daemon_slot ? current_page() : nullptr;  // what this process writes
@@ -118,13 +96,7 @@ void poll_markers_locked(uint64_t now) {
     Marker& m = g_ring[g_tail % kMarkers];
     CUresult q = g_real.cuEventQuery(m.event);
     if (q == CUDA_ERROR_NOT_READY) break;
-    // Calibration compares two compute markers; a collective's length says nothing of the
-    // process's kernel cost.
-    const Marker* previous = g_tail > 0 ? &g_ring[(g_tail - 1) % kMarkers] : nullptr;
-    if (q == CUDA_SUCCESS && previous && !m.nccl && !previous->nccl && previous->page == m.page)
-      calibrate(*previous, m, now);
     ++g_tail;
-    g_last_completion = now;
     if (!page || m.page != page) continue;
     if (m.nccl) {
       __atomic_fetch_add(&page->nccl_markers_completed, 1, __ATOMIC_RELEASE);
@@ -135,9 +107,9 @@ void poll_markers_locked(uint64_t now) {
       progressed = true;
     }
   }
-  // A launch of this process may be waiting for its in-flight work to drop (policy slo).
-  if (progressed && __atomic_load_n(&daemon_slot->inflight_bound_ns, __ATOMIC_ACQUIRE) &&
-      __atomic_load_n(&daemon_slot->gate, __ATOMIC_ACQUIRE) != TANDEM_GATE_OPEN)
+  // A launch of this process may be waiting for its in-flight work to drop (policy slo, or a
+  // filler's bound with no training job).
+  if (progressed && __atomic_load_n(&daemon_slot->inflight_bound_ns, __ATOMIC_ACQUIRE))
     futex_bump_and_wake(&page->progress_wake);
 }
 
@@ -150,7 +122,7 @@ void* progress_main(void*) {
   prctl(PR_SET_NAME, "tandem-progress", 0, 0, 0);
   // This thread's driver calls must never disturb an application's stream capture.
   CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
-  const uint64_t period = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
+  const uint64_t period = setting_ns(SettingId::TANDEM_SAMPLE_US);
   const uint64_t tick = period / 4 ? period / 4 : 1000;
   // Wait for the first launch to publish the application's context.
   CUcontext ctx = nullptr;
@@ -190,7 +162,6 @@ void* progress_main(void*) {
       __atomic_store_n(&page->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&page->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
       publish_sm_share(page);
-      publish_green_partitions(page);
       __atomic_store_n(&page->training_flags,
                        (g_job_local || g_job_grouped ? TANDEM_TRAINING_COLLECTIVES_HELD : 0u) | green_training_flags(),
                        __ATOMIC_RELAXED);
@@ -208,6 +179,7 @@ void* progress_main(void*) {
       if (g_notes.nccl_since_marker.load(std::memory_order_relaxed))
         record_from_progress_thread(g_notes.nccl_stream.load(std::memory_order_relaxed),
                                     g_notes.nccl_per_thread.load(std::memory_order_relaxed), true);
+      poll_cost_samples();
       std::lock_guard<std::mutex> lock(g_marker_mutex);
       poll_markers_locked(now);
     }
@@ -222,17 +194,6 @@ void* progress_main(void*) {
 }
 
 }  // namespace
-
-double next_cost_estimate(double estimate, double ratio) noexcept {
-  ratio = std::clamp(ratio, 0.25, 4.0);
-  double weight = ratio < 1.0 ? 0.1 : 0.02;
-  return estimate * (1.0 - weight + weight * ratio);
-}
-
-uint64_t launch_cost_ns(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) noexcept {
-  uint64_t threads = static_cast<uint64_t>(gx) * gy * gz * bx * by * bz;
-  return (threads * g_ns_per_thread_q10.load(std::memory_order_relaxed)) >> 10;
-}
 
 void record_marker_now(CUstream s, bool per_thread) noexcept {
   std::unique_lock<std::mutex> lock(g_marker_mutex, std::try_to_lock);
@@ -262,6 +223,7 @@ void progress_after_fork_child() noexcept {
   new (&g_marker_mutex) std::mutex();
   for (Marker& m : g_ring) m = Marker{};
   g_head = g_tail = 0;
+  cost_samples_after_fork_child();
   g_notes.context.store(nullptr);
   g_notes.work_since_marker.store(false);
   g_notes.nccl_since_marker.store(false);

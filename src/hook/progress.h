@@ -35,20 +35,8 @@ void progress_after_fork_child() noexcept;
 // bounded, so its completion is seen early). Non-blocking: skipped when busy.
 void record_marker_now(CUstream s, bool per_thread) noexcept;
 
-// The cost estimate after a span between two markers that took `ratio` times its estimate.
-// An exponential average, each step clamped (ratio within 0.25..4), so one odd span cannot
-// swing it. On a shared GPU a span is lengthened by the other processes' work (and this
-// process's waits at its gate), never shortened, so the estimate follows the short spans: it
-// falls quickly (weight 0.1) and rises slowly (0.02), settling near the cost of the process's
-// work alone; a large underestimate still climbs, 6% a span.
-double next_cost_estimate(double estimate, double ratio) noexcept;
-
 // Polls the completion markers now (a gated launch waiting for its in-flight work to drop,
 // policy slo): the progress thread would see them up to a tick later. Skipped when busy.
 void poll_markers_now() noexcept;
-
-// Estimated GPU time of a launch in ns: grid x block scaled by the process's learned ns per
-// thread (calibrated from completion markers).
-uint64_t launch_cost_ns(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) noexcept;
 
 }  // namespace tandem::hook

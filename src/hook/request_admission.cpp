@@ -8,9 +8,9 @@ namespace tandem::hook {
 
 void admit_request(tandem_client_page* page, const tandem_shm_header* shm, uint64_t arrival) noexcept {
   if (__atomic_load_n(&shm->policy, __ATOMIC_ACQUIRE) != TANDEM_POLICY_FILL) return;
-  const uint64_t slo = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SLO_MS)) * 1000000;
-  const uint64_t period = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
-  const uint64_t stale = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
+  const uint64_t slo = setting_ns(SettingId::TANDEM_SLO_MS);
+  const uint64_t period = setting_ns(SettingId::TANDEM_SAMPLE_US);
+  const uint64_t stale = setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
   const uint64_t need = __atomic_load_n(&page->request_ns, __ATOMIC_ACQUIRE);
   bool waited = false;
   for (;;) {

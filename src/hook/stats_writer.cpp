@@ -1,6 +1,7 @@
 #include "stats_writer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -95,13 +96,24 @@ bool write_stats_file(const char* pattern, const char* role) noexcept {
   bool ok = false;
   try {
     std::string path = expand_stats_path(pattern, static_cast<int>(getpid()));
-    std::string tmp = path + ".tmp";
     std::string text = stats_json(role);
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // The temporary file gets an unpredictable name and is created exclusively (mkostemp:
+    // O_CREAT|O_EXCL, which never follows a symlink), so a user who can write the directory
+    // (/tmp) cannot plant a link that makes a privileged process overwrite another file. The
+    // rename then replaces whatever entry `path` names, a planted symlink included, without
+    // following it.
+    std::string tmp = path + ".XXXXXX";
+    int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
     if (fd >= 0) {
-      ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      ok = ::fchmod(fd, 0644) == 0;  // readable like any report; mkostemp creates 0600
+      ok = ok && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
       ok = (::close(fd) == 0) && ok;
       ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+      if (!ok) {
+        int err = errno;
+        ::unlink(tmp.c_str());
+        errno = err;
+      }
     }
     if (!ok) TANDEM_LOG_WARN("cannot write stats file {}: {}", path, std::strerror(errno));
   } catch (...) {

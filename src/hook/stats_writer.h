@@ -1,4 +1,5 @@
-// The statistics file (schema: docs/stats.md). Written at exit, atomically (temp + rename).
+// The statistics file (schema: docs/stats.md). Written at exit, atomically (an
+// exclusively created temporary file with an unpredictable name, then rename).
 #pragma once
 #include <string>
 

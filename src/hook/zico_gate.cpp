@@ -42,9 +42,9 @@ void zico_boundary(const tandem_slot* slot, uint64_t trough_bytes) noexcept {
   const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
   uint32_t starts = __atomic_load_n(&page->zico_starts, __ATOMIC_ACQUIRE);
   if (!permitted(slot, starts)) {
-    const uint64_t period_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_SAMPLE_US)) * 1000;
-    const uint64_t stale_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_FAIL_OPEN_MS)) * 1000000;
-    const uint64_t max_ns = static_cast<uint64_t>(setting_int(SettingId::TANDEM_ZICO_MAX_WAIT_MS)) * 1000000;
+    const uint64_t period_ns = setting_ns(SettingId::TANDEM_SAMPLE_US);
+    const uint64_t stale_ns = setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
+    const uint64_t max_ns = setting_ns(SettingId::TANDEM_ZICO_MAX_WAIT_MS);
     uint64_t start = monotonic_ns();
     __atomic_store_n(&page->zico_waiting, 1, __ATOMIC_RELEASE);
     for (;;) {

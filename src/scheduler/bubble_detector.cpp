@@ -1,5 +1,7 @@
 #include "bubble_detector.h"
 
+#include <algorithm>
+
 namespace tandem::scheduler {
 
 namespace {
@@ -26,6 +28,10 @@ bool BubbleDetector::quiet(const TrainingSample& prev, const TrainingSample& s) 
 void BubbleDetector::end_phase(uint64_t at_ns) {
   uint64_t length = at_ns > phase_started_ns_ ? at_ns - phase_started_ns_ : 0;
   if (phase_ == GpuPhase::bubble) {
+    if (bubbles_ > 0) {
+      uint64_t off = length > mean_bubble_ns_ ? length - mean_bubble_ns_ : mean_bubble_ns_ - length;
+      bubble_spread_ns_ = average(bubble_spread_ns_, bubbles_ - 1, off);
+    }
     mean_bubble_ns_ = average(mean_bubble_ns_, bubbles_, length);
     if (length > longest_bubble_ns_) longest_bubble_ns_ = length;
     ++bubbles_;
@@ -64,7 +70,8 @@ GpuPhase BubbleDetector::update(const TrainingSample& s) {
 
 uint64_t BubbleDetector::predicted_bubble_end_ns() const {
   if (phase_ != GpuPhase::bubble || bubbles_ == 0) return 0;
-  return phase_started_ns_ + mean_bubble_ns_;
+  uint64_t margin = std::min(bubble_spread_ns_, mean_bubble_ns_ / 2);
+  return phase_started_ns_ + mean_bubble_ns_ - margin;
 }
 
 }  // namespace tandem::scheduler

@@ -38,9 +38,14 @@ class BubbleDetector {
   uint64_t mean_bubble_ns() const { return mean_bubble_ns_; }
   uint64_t mean_busy_ns() const { return mean_busy_ns_; }
   uint64_t longest_bubble_ns() const { return longest_bubble_ns_; }
+  // How far bubbles stray from the mean: an exponential average of |length - mean| (weight 1/4).
+  uint64_t bubble_spread_ns() const { return bubble_spread_ns_; }
   // Completed bubbles, i.e. those the profile has learned from.
   uint64_t bubbles() const { return bubbles_; }
-  // phase_started_ns + mean_bubble_ns while in a bubble; 0 when busy or nothing learned yet.
+  // While in a bubble, when it will end at the earliest that is likely: phase_started_ns + the
+  // mean bubble less its spread (at least half the mean), so that filler work admitted
+  // before it has finished when training resumes in a bubble on the short side; 0 when busy or
+  // nothing learned yet.
   uint64_t predicted_bubble_end_ns() const;
 
  private:
@@ -56,7 +61,7 @@ class BubbleDetector {
   uint64_t first_quiet_ns_ = 0;
   GpuPhase phase_ = GpuPhase::busy;
   uint64_t phase_started_ns_ = 0;
-  uint64_t mean_bubble_ns_ = 0, mean_busy_ns_ = 0, longest_bubble_ns_ = 0;
+  uint64_t mean_bubble_ns_ = 0, mean_busy_ns_ = 0, longest_bubble_ns_ = 0, bubble_spread_ns_ = 0;
   uint64_t bubbles_ = 0, busy_phases_ = 0;
 };
 

@@ -85,18 +85,11 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
   v.latency_ns = b.at_most(raw.latency_ns, B::kMaxDurationNs, "latency_ns");
   v.requests_open = b.at_most(raw.requests_open, B::kMaxRequestsOpen, "requests_open");
   v.slo_us = b.at_most(raw.slo_us, B::kMaxSloUs, "slo_us");
+  v.gate_want_us = b.at_most(raw.gate_want_us, static_cast<uint32_t>(B::kMaxDurationNs / 1000), "gate_want_us");
   v.device_sms = b.at_most(raw.device_sms, B::kMaxSms, "device_sms");
   v.sm_count = b.at_most(raw.sm_count, v.device_sms, "sm_count");
-  v.training_flags = raw.training_flags & (TANDEM_TRAINING_COLLECTIVES_HELD | TANDEM_TRAINING_MPS);  // unknown bits mean nothing
-  // Live partitions: percentages, ascending; anything else and the client has none.
-  bool partitions_ok = true;
-  for (unsigned i = 0; i < TANDEM_LIVE_PARTITIONS; ++i) {
-    uint8_t pct = raw.live_partitions[i], before = i ? raw.live_partitions[i - 1] : 0;
-    if (pct > 100 || (pct && i && pct <= before) || (!pct && i + 1 < TANDEM_LIVE_PARTITIONS && raw.live_partitions[i + 1]))
-      partitions_ok = false;
-  }
-  if (!partitions_ok) b.flag("live_partitions");
-  for (unsigned i = 0; i < TANDEM_LIVE_PARTITIONS; ++i) v.live_partitions[i] = partitions_ok ? raw.live_partitions[i] : 0;
+  // Unknown bits mean nothing; any set of live partitions is one a process may hold.
+  v.training_flags = raw.training_flags & (TANDEM_TRAINING_COLLECTIVES_HELD | TANDEM_TRAINING_MPS | TANDEM_TRAINING_LIVE_MASK);
   // A latency for an interval that has not begun is no measurement: the last one stands.
   if (raw.latency_seq > control_seq) {
     b.flag("latency_seq");

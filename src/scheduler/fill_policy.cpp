@@ -43,24 +43,37 @@ FillPhase FillPolicy::step(GpuPhase gpu, bool communicating, uint64_t now_ns, ui
   }
   // Work still in flight when training resumes delays training by that much: near the
   // bubble's predicted end, allow only what can finish before it.
+  int64_t remaining = predicted_end_ns > now_ns ? static_cast<int64_t>(predicted_end_ns - now_ns) : 0;
   int64_t bound = static_cast<int64_t>(std::min(p_.max_inflight_ns, inflight_limit_ns_));
-  if (predicted_end_ns) bound = std::min<int64_t>(bound, predicted_end_ns > now_ns ? static_cast<int64_t>(predicted_end_ns - now_ns) : 0);
+  if (predicted_end_ns) bound = std::min<int64_t>(bound, remaining);
+  // A whole long launch only under the fill policy's own bound (policy slo's window is tighter).
+  if (inflight_limit_ns_ != UINT64_MAX) remaining = 0;
   grant_shares(fillers, static_cast<int64_t>(rate_ * static_cast<double>(p_.period_ns)), bound, phase_ == FillPhase::stable,
-               grants);
+               remaining, grants);
   return phase_;
 }
 
 void grant_shares(const std::vector<FillerState>& clients, int64_t rate_ns, int64_t inflight_bound, bool top_up,
-                  std::vector<Grant>& grants) {
+                  int64_t remaining_ns, std::vector<Grant>& grants) {
   auto wanting = std::count_if(clients.begin(), clients.end(), [](const FillerState& f) { return f.wants_work; });
   if (wanting == 0) return;
   auto n = static_cast<int64_t>(wanting);
   int64_t share = rate_ns / n;
   int64_t inflight_share = inflight_bound / n;
+  // What the bubble can still hold after every client's queued work and unspent tokens.
+  int64_t whole_room = remaining_ns;
+  for (const FillerState& f : clients)
+    whole_room -= static_cast<int64_t>(f.inflight_ns) + std::max<int64_t>(f.tokens_ns, 0);
   for (const FillerState& f : clients) {
     if (!f.wants_work) continue;
-    int64_t room = inflight_share - static_cast<int64_t>(f.inflight_ns) - std::max<int64_t>(f.tokens_ns, 0);
+    int64_t tokens = std::max<int64_t>(f.tokens_ns, 0);
+    int64_t room = inflight_share - static_cast<int64_t>(f.inflight_ns) - tokens;
     int64_t amount = top_up ? room : std::min(share, room);
+    auto want = static_cast<int64_t>(f.want_ns);
+    if (want > inflight_share && rate_ns > 0 && want - tokens <= whole_room) {
+      amount = want - f.tokens_ns;  // pays a debt too: the launch must find the balance it needs
+      whole_room = 0;               // one whole launch per period
+    }
     if (amount > 0) grants.push_back({f.id, amount});
   }
 }

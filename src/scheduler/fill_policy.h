@@ -24,6 +24,11 @@
 // because they become in-flight work without asking again. So when training resumes it waits
 // for at most max_inflight_ns of filler work. Fillers not wanting work get nothing. Integer
 // division remainders (< n ns) are dropped.
+// A filler pays for a launch in full before it starts. A launch that costs more than its
+// in-flight share (a long kernel, a graph replay) can never be paid from the share: it is
+// granted whole, to one filler at a time, when the bubble's predicted remainder holds it after
+// all the fillers' queued work (SpecInF's principle II for a single launch). With no predicted
+// end it waits, as it does when no bubble is long enough (status says so).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -51,6 +56,7 @@ struct FillerState {
   uint64_t inflight_ns;  // launched, not yet completed (estimated)
   int64_t tokens_ns;     // current unspent balance (counts against the in-flight share)
   bool wants_work;       // launched recently or is waiting at the gate
+  uint64_t want_ns = 0;  // a launch waiting at the gate: its cost (0: none waits)
 };
 
 struct Grant {
@@ -62,8 +68,11 @@ struct Grant {
 // that want work: each gets min(its rate share, room under its in-flight share), or all the
 // room when `top_up`. inflight_ns + unspent tokens + grant <= inflight_bound / n, because
 // unspent tokens become in-flight work without asking again; a debt gives no extra room.
+// `remaining_ns` (0: not known): time left before the bubble's predicted end; one waiting
+// launch longer than its client's share is granted whole when it fits there after every
+// client's in-flight work.
 void grant_shares(const std::vector<FillerState>& clients, int64_t rate_ns, int64_t inflight_bound, bool top_up,
-                  std::vector<Grant>& grants);
+                  int64_t remaining_ns, std::vector<Grant>& grants);
 
 class FillPolicy {
  public:

@@ -36,7 +36,8 @@ int64_t balance(const tandem_slot& s, const ClientView& c) {
 }
 
 FillerState gated_state(int id, const tandem_slot& s, const ClientView& c) {
-  return {id, c.v.issued_ns - c.v.completed_ns, balance(s, c), true};  // bounded: completed <= issued
+  // bounded: completed <= issued
+  return {id, c.v.issued_ns - c.v.completed_ns, balance(s, c), true, uint64_t{c.v.gate_want_us} * 1000};
 }
 
 OnlineClient online_state(int id, const tandem_slot& s, const ClientView& c) {
@@ -85,6 +86,10 @@ void GpuScheduler::publish_live_partition(tandem_shm_header* shm, bool slo_train
   }
 }
 
+void GpuScheduler::set_inflight_bounds(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint64_t ns) {
+  for (const FillerState& f : clients) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, ns, __ATOMIC_RELEASE);
+}
+
 void GpuScheduler::apply(tandem_shm_header* shm, const std::vector<Grant>& grants, uint64_t now_ns) {
   for (const Grant& g : grants) {
     tandem_slot& s = shm->slots[g.id];
@@ -107,7 +112,8 @@ void GpuScheduler::tick(uint64_t now_ns) {
   uint64_t others_work = 0;  // GPU work the non-training clients completed since the last tick
   bool spatial = true;  // every training client's context limited to part of the SMs (MPS)
   bool live = true;     // every training client an MPS client holding the same live partitions
-  const uint8_t* live_levels = nullptr;
+  uint32_t live_mask = 0;
+  uint8_t live_pcts[TANDEM_LIVE_PARTITIONS] = {};
   bool held = true;     // every training client's collectives may be held
   uint64_t slowest_request = 0, tightest_target = 0;
   fillers_.clear();
@@ -121,10 +127,9 @@ void GpuScheduler::tick(uint64_t now_ns) {
     if (s.role == TANDEM_ROLE_TRAINING) {
       training_.push_back(gated_state(static_cast<int>(i), s, c));
       spatial = spatial && c.v.sm_count > 0 && c.v.sm_count < c.v.device_sms;
-      const uint8_t* levels = c.v.live_partitions;
-      live = live && (c.v.training_flags & TANDEM_TRAINING_MPS) && levels[0] &&
-             (!live_levels || std::equal(levels, levels + TANDEM_LIVE_PARTITIONS, live_levels));
-      live_levels = levels;
+      uint32_t mask = c.v.training_flags & TANDEM_TRAINING_LIVE_MASK;
+      live = live && (c.v.training_flags & TANDEM_TRAINING_MPS) && mask && (!live_mask || mask == live_mask);
+      live_mask = mask;
       held = held && (c.v.training_flags & TANDEM_TRAINING_COLLECTIVES_HELD);
       sample.launches += c.v.launches;
       sample.markers_recorded += c.v.markers_recorded;
@@ -151,7 +156,8 @@ void GpuScheduler::tick(uint64_t now_ns) {
   const bool slo = params_.policy == TANDEM_POLICY_SLO;
   if (slo) {
     std::vector<FillerState>& best_effort = training ? training_ : fillers_;
-    slo_.step(now_ns, online_, best_effort, grants_, training && spatial, training && live ? live_levels : nullptr);
+    if (training && live) live_levels(live_mask, live_pcts);
+    slo_.step(now_ns, online_, best_effort, grants_, training && spatial, training && live ? live_pcts : nullptr);
     __atomic_store_n(&shm->control_seq, slo_.control_seq(), __ATOMIC_RELEASE);
     __atomic_store_n(&shm->training_duty_ppm, static_cast<uint32_t>(slo_.duty() * 1e6), __ATOMIC_RELAXED);
     set_gates(shm, best_effort, slo_.gating() ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
@@ -159,9 +165,8 @@ void GpuScheduler::tick(uint64_t now_ns) {
     // fill policy's grants instead (a bound left from when they were the best-effort job would
     // hold them back for good).
     uint64_t share = slo_.gating() ? slo_.inflight_share_ns(best_effort.size()) : 0;
-    for (const FillerState& f : best_effort) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, share, __ATOMIC_RELEASE);
-    if (training)
-      for (const FillerState& f : fillers_) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, 0, __ATOMIC_RELEASE);
+    set_inflight_bounds(shm, best_effort, share);
+    if (training) set_inflight_bounds(shm, fillers_, 0);
     apply(shm, grants_, now_ns);
     // Said once each time it happens: holding training back can no longer hold the target.
     if (slo_.controller().saturated() && !slo_saturated_warned_)
@@ -179,9 +184,16 @@ void GpuScheduler::tick(uint64_t now_ns) {
                      });
 
   // Without a training job there is nothing to protect: fillers run ungated (unless the slo
-  // policy gates them above).
-  if (training) set_gates(shm, fillers_, TANDEM_GATE_TOKENS);
-  else if (!slo) set_gates(shm, fillers_, TANDEM_GATE_OPEN);
+  // policy gates them above), but each one's queue on the GPU stays bounded, so that a training
+  // job that arrives waits behind at most that much (a launcher that never synchronizes would
+  // otherwise queue seconds of work). Beside training the fill policy's grants bound them.
+  if (training) {
+    set_gates(shm, fillers_, TANDEM_GATE_TOKENS);
+    if (!slo) set_inflight_bounds(shm, fillers_, 0);
+  } else if (!slo || !slo_.gating()) {
+    if (!slo) set_gates(shm, fillers_, TANDEM_GATE_OPEN);
+    set_inflight_bounds(shm, fillers_, kAloneInflightFactor * params_.fill.max_inflight_ns);
+  }
   GpuPhase phase = training ? detector_.update(sample) : GpuPhase::bubble;
   __atomic_store_n(&shm->predicted_bubble_end_ns, training ? detector_.predicted_bubble_end_ns() : 0, __ATOMIC_RELEASE);
   __atomic_store_n(&shm->gpu_phase, !training ? TANDEM_GPU_NO_TRAINING
@@ -324,6 +336,16 @@ void GpuScheduler::check_admission(tandem_shm_header* shm, uint64_t now_ns) {
     refusals_.push_back(why);
     uint64_t key = (static_cast<uint64_t>(i) << 32) | s.generation;
     if (warned_.insert(key).second) TANDEM_LOG_WARN("admission refused for {}", why);
+  }
+  // A batch filler waiting with one launch longer than any bubble: it waits until training
+  // leaves the GPU idle that long (or leaves), never granted. Said in status while it waits.
+  for (const FillerState& f : fillers_) {
+    if (f.want_ns <= detector_.longest_bubble_ns()) continue;
+    const tandem_slot& s = shm->slots[f.id];
+    refusals_.push_back("pid " + std::to_string(s.pid) + ": waits at its gate with one launch of " +
+                        std::to_string(f.want_ns / 1000) + " us, longer than the longest bubble (" +
+                        std::to_string(detector_.longest_bubble_ns() / 1000) +
+                        " us): it runs when training leaves the GPU idle that long");
   }
 }
 

@@ -94,6 +94,9 @@ class GpuScheduler {
   // (the slot's live_partition), 0 between requests and when not live.
   void publish_live_partition(tandem_shm_header* shm, bool slo_training, uint64_t now_ns);
   void set_gates(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint32_t gate);
+  void set_inflight_bounds(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint64_t ns);
+  // A filler's queue with no training job on the GPU: this many times the in-flight bound.
+  static constexpr uint64_t kAloneInflightFactor = 4;
   void apply(tandem_shm_header* shm, const std::vector<Grant>& grants, uint64_t now_ns);
   void step_zico(tandem_shm_header* shm, uint64_t now_ns);
   ZicoPolicy zico_;

@@ -4,6 +4,15 @@
 
 namespace tandem::scheduler {
 
+unsigned live_levels(uint32_t training_flags, uint8_t out[TANDEM_LIVE_PARTITIONS]) {
+  static constexpr uint8_t kPct[TANDEM_LIVE_PARTITIONS] = TANDEM_LIVE_LEVELS;
+  unsigned n = 0;
+  for (unsigned i = 0; i < TANDEM_LIVE_PARTITIONS; ++i) out[i] = 0;
+  for (unsigned i = 0; i < TANDEM_LIVE_PARTITIONS; ++i)
+    if (training_flags & TANDEM_TRAINING_LIVE(i)) out[n++] = kPct[i];
+  return n;
+}
+
 bool PartitionController::configure(const uint8_t* pcts, unsigned count, uint32_t fixed) {
   uint32_t levels[kMaxLevels] = {};
   int n = 0;

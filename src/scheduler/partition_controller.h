@@ -27,6 +27,10 @@
 
 namespace tandem::scheduler {
 
+// The partitions a training process's flags say it holds (TANDEM_TRAINING_LIVE bits), as
+// ascending percentages into `out` (TANDEM_LIVE_PARTITIONS, 0-padded). Returns how many.
+unsigned live_levels(uint32_t training_flags, uint8_t out[TANDEM_LIVE_PARTITIONS]);
+
 class PartitionController {
  public:
   static constexpr int kMaxLevels = TANDEM_LIVE_PARTITIONS + 1;

@@ -135,8 +135,7 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
     return granted(n, "training has nothing left to give");
   }
   uint64_t now = monotonic_ns();
-  uint64_t wait_ms = std::min<uint64_t>(*wait_field,
-                                        static_cast<uint64_t>(setting_int(SettingId::TANDEM_MEM_HANDOVER_MS)));
+  uint64_t wait_ms = std::min<uint64_t>(*wait_field, setting_ns(SettingId::TANDEM_MEM_HANDOVER_MS) / kNsPerMs);
   pool_waits_.push_back(PoolWait{client.id, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull, batch});
   return true;
 }

@@ -1,6 +1,7 @@
 #include "slo_status.h"
 
 #include <string>
+#include <vector>
 
 namespace tandem::scheduler {
 
@@ -14,10 +15,9 @@ std::string ms_text(uint64_t ns) {
 }  // namespace
 
 nlohmann::json live_partitions(const tandem_client_page& page) {
-  nlohmann::json out = nlohmann::json::array();
-  for (uint8_t pct : page.live_partitions)
-    if (pct) out.push_back(pct);
-  return out;
+  uint8_t pcts[TANDEM_LIVE_PARTITIONS];
+  unsigned n = live_levels(page.training_flags, pcts);
+  return nlohmann::json(std::vector<uint8_t>(pcts, pcts + n));
 }
 
 nlohmann::json slo_floor_status(const GpuScheduler& g, const SloPolicy& p) {

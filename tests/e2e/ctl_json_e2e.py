@@ -8,6 +8,9 @@ information of the text output (docs/scheduler.md). One case per command:
   settings  every setting of the text output, with default, accepted and description
   version   the version of the text output
   top       one snapshot of the live view: the registered client's row with its role and GPU
+  durations time flags as people write them: `trace --seconds 500ms` records half a second,
+            `top --interval 200ms` answers; a value that is no time, or out of range, is a
+            usage error naming the flag and the value
 The registered client is this script itself (a raw hello over the socket, as a batch-inference
 process on a made-up GPU)."""
 import json
@@ -113,8 +116,28 @@ def case_top(env):
     check(any(g["uuid"] == GPU for g in doc["gpus"]) and doc["interval_s"] > 0, "and its GPU, with rates")
 
 
+def case_durations(env):
+    path = os.path.join(env.tmp, "trace.json")
+    started = time.monotonic()
+    doc = ctl_json(env, "trace", "--seconds", "500ms", "--out", path)
+    took = time.monotonic() - started
+    check(doc["seconds"] == 0.5 and doc["out"] == path, f"trace --seconds 500ms records 0.5 s: {doc}")
+    check(took >= 0.5, f"and waited that long ({took:.2f} s)")
+    with open(path) as f:
+        check("traceEvents" in json.load(f), "the trace file was written")
+    doc = ctl_json(env, "top", "--interval", "200ms")
+    check(doc["interval_s"] > 0, f"top --interval 200ms answers: interval {doc['interval_s']}")
+    for flag, value in (("--seconds", "5parsecs"), ("--seconds", "0"), ("--seconds", "99999999999999999999"),
+                        ("--seconds", "-1"), ("--interval", "1us")):
+        command = "trace" if flag == "--seconds" else "top"
+        p = ctl(env, command, flag, value, "--out", path, "--json", ok=False) if command == "trace" else \
+            ctl(env, command, flag, value, "--json", ok=False)
+        check(p.returncode == 2 and p.stdout == "" and flag in p.stderr and f"'{value}'" in p.stderr,
+              f"{command} {flag} {value}: a usage error naming both ({p.returncode}: {p.stderr.splitlines()[:1]})")
+
+
 CASES = {"status": case_status, "top": case_top, "mem": case_mem, "mem-set": case_mem_set, "trace": case_trace,
-         "settings": case_settings, "version": case_version}
+         "settings": case_settings, "version": case_version, "durations": case_durations}
 
 
 def main():

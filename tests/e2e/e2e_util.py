@@ -15,6 +15,17 @@ def last_json(text):
     return json.loads(lines[-1])
 
 
+def remove_segments(namespace):
+    """The simulated GPU's shared-memory segments of SIMGPU_SHM namespace `namespace`."""
+    prefix = namespace.lstrip("/")
+    for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
+        if name == prefix or name.startswith(prefix + "-"):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
+
+
 def preload(build):
     """LD_PRELOAD for libtandem.so. TANDEM_TEST_PRELOAD replaces it: scripts/sanitize.sh puts
     ASan's runtime first, then the normal build's library (docs/sanitizers.md)."""
@@ -29,7 +40,8 @@ class Env:
         self.base = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "simgpu"),
                          SIMGPU_SHM=f"/simgpu-e2e-{os.getpid()}", TANDEM_SOCKET=self.socket)
         # Whatever ends the test (a failed check, an exception in the harness), nothing it
-        # started outlives it: a daemon left running holds ctest's output open until the timeout.
+        # started outlives it (a daemon left running holds ctest's output open until the
+        # timeout), and its files go with it.
         self.started = []
         # The simulated GPU's shared segments are named after this harness's pid; one left by an
         # earlier process of the same pid may name an owner whose pid is alive again, and the
@@ -38,13 +50,7 @@ class Env:
         atexit.register(self.kill_started)
 
     def remove_segments(self):
-        prefix = self.base["SIMGPU_SHM"].lstrip("/")
-        for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
-            if name == prefix or name.startswith(prefix + "-"):
-                try:
-                    os.unlink(os.path.join("/dev/shm", name))
-                except OSError:
-                    pass
+        remove_segments(self.base["SIMGPU_SHM"])
 
     def kill_started(self):
         for p in self.started:
@@ -55,6 +61,7 @@ class Env:
                 except subprocess.TimeoutExpired:
                     pass
         self.remove_segments()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def popen(self, *args, **kwargs):
         """subprocess.Popen, killed at the test's exit if still running."""
@@ -86,6 +93,27 @@ class Env:
         out = subprocess.run([os.path.join(self.build, "bin", "tandemctl"), "status", "--json", "--socket", self.socket],
                              capture_output=True, text=True, timeout=10)
         return json.loads(out.stdout) if out.returncode == 0 else None
+
+    def status_when(self, predicate, procs=(), seconds=20):
+        """tandemd's status once `predicate(status)` holds (polled); None when `seconds` pass or
+        one of `procs` exits first. Tests wait for a state this way instead of reading it at a
+        fixed instant, which a loaded machine reaches late."""
+        def poll():
+            s = self.status()
+            if s and predicate(s):
+                return s
+            return "exited" if any(p.poll() is not None for p in procs) else None
+        s = wait_for(poll, seconds)
+        return s if isinstance(s, dict) else None
+
+    def registered(self, *procs, seconds=20):
+        """tandemd's status once every one of `procs` has a GPU slot (status_when)."""
+        return self.status_when(lambda s: {p.pid for p in procs} <= set(slots_by_pid(s)), procs, seconds)
+
+
+def slots_by_pid(status):
+    """pid -> its GPU slot in a status document."""
+    return {x["pid"]: x for g in (status or {}).get("gpus", []) for x in g["slots"]}
 
 
 def finish(p, timeout=60):

@@ -22,6 +22,10 @@ usage: fill_e2e.py BUILD_DIR CASE
   service-time    an online request's latency includes a cold start (a model loaded before
                   it begins); the admission's estimate of what a bubble must hold is its
                   service time from admission, not that latency, so requests still fit bubbles
+  sample-overflow a gated filler whose own environment says TANDEM_SAMPLE_US=99999999999999999999
+                  (nanoseconds beyond 64 bits) warns once, keeps the default period, and fails
+                  open while tandemd is stopped: it finishes its run with tandemd never ticking
+                  again (a wrapped period once made it wait for ever)
 """
 import json
 import os
@@ -30,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, check, finish, wait_for
+from e2e_util import Env, check, finish, slots_by_pid, wait_for
 
 
 def retention_round(env, seconds):
@@ -77,8 +81,7 @@ def daemon_killed(env):
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "3", role="training")
     b = env.start("infer-sim", "--seconds", "3", role="batch-inference")
-    time.sleep(1.0)
-    st = env.status()
+    st = env.registered(a, b)
     check(st is not None and len(st["gpus"]) == 1 and len(st["gpus"][0]["slots"]) == 2, "both processes registered")
     d.kill()
     d.wait()
@@ -87,12 +90,11 @@ def daemon_killed(env):
     # And they come back when it returns: a new daemon, new clients register with it.
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "1.5", role="training")
-    time.sleep(1.0)
-    st = env.status()
+    st = env.registered(a)
     finish(a)
     d.terminate()
     d.wait()
-    check(st is not None and any(s["pid"] == a.pid for g in st["gpus"] for s in g["slots"]), "a restarted daemon is used")
+    check(st is not None, "a restarted daemon is used")
 
 
 def detector_view(env):
@@ -213,15 +215,13 @@ def daemon_stopped(env):
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "4", role="training")
     b = env.start("infer-sim", "--seconds", "4", role="batch-inference")
-    time.sleep(1.0)
-    st = env.status()
+    st = env.registered(a, b)
     check(st is not None and len(st["gpus"][0]["slots"]) == 2, "both processes registered")
     d.send_signal(signal.SIGSTOP)  # hung, not gone: its socket stays open
     time.sleep(1.0)
     d.send_signal(signal.SIGCONT)
-    time.sleep(0.3)
-    st = env.status()
-    check(st is not None and len(st["gpus"][0]["slots"]) == 2, "both still registered after the daemon resumed")
+    st = env.registered(a, b)
+    check(st is not None and len(st["gpus"][0]["slots"]) == 2, "both registered after the daemon resumed")
     t, i = finish(a), finish(b)
     d.terminate()
     d.wait()
@@ -233,11 +233,37 @@ def daemon_stopped(env):
           f"no re-registration: links training {train['daemon']['links']}, filler {filler['daemon']['links']}")
 
 
+def sample_overflow(env):
+    d = env.daemon()
+    a = env.start("train-sim", "--seconds", "30", role="training")
+    b = env.start("infer-sim", "--seconds", "3", role="batch-inference", TANDEM_SAMPLE_US="99999999999999999999")
+    try:
+        gated = env.status_when(lambda s: a.pid in slots_by_pid(s) and
+                                slots_by_pid(s).get(b.pid, {}).get("gate") == "tokens", (a, b))
+        check(gated is not None, "the filler registered and is gated beside training")
+        d.send_signal(signal.SIGSTOP)  # hung, not gone: no tick, no wake-up, the socket open
+        try:
+            out, err = b.communicate(timeout=40)  # its run is 3 s; it fails open after 100 ms
+        except subprocess.TimeoutExpired:
+            raise SystemExit("FAIL: the filler hung at its gate with tandemd stopped (40 s)")
+    finally:
+        d.send_signal(signal.SIGCONT)
+        a.kill()
+        d.terminate()
+        d.wait()
+    check(b.returncode == 0, f"the filler finished its run while tandemd was stopped ({b.returncode}) {err[-300:]}")
+    warnings = [l for l in err.splitlines() if "TANDEM_SAMPLE_US" in l]
+    check(len(warnings) == 1 and "'99999999999999999999'" in warnings[0] and "using '1000'" in warnings[0],
+          f"one warning naming the variable, the value and the default: {warnings}")
+    filler = stats_of(env, b.pid)
+    check(filler["gate"]["fail_open"] >= 1, f"it failed open on the stale heartbeat ({filler['gate']['fail_open']} times)")
+
+
 def communication(env):
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "3", role="training")
     b = env.start("infer-sim", "--seconds", "3", role="batch-inference")
-    time.sleep(0.8)
+    env.registered(a, b)
     phases, communicating = set(), 0
     for _ in range(60):  # the stand-in collective is 6 ms of each 40 ms iteration
         st = env.status()
@@ -263,15 +289,12 @@ def client_killed(env):
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "4", role="training")
     b = env.start("infer-sim", "--seconds", "10", role="batch-inference")
-    time.sleep(1.0)
-    st = env.status()
+    st = env.registered(a, b)
     check(st and len(st["gpus"][0]["slots"]) == 2, "training and filler registered")
     b.send_signal(signal.SIGKILL)
     b.wait()
-    time.sleep(0.3)
-    st = env.status()
-    slots = st["gpus"][0]["slots"]
-    check(len(slots) == 1 and slots[0]["pid"] == a.pid, "the killed filler's slot (and its tokens) were reclaimed")
+    st = env.status_when(lambda s: set(slots_by_pid(s)) == {a.pid}, (a,), seconds=10)
+    check(st is not None, "the killed filler's slot (and its tokens) were reclaimed")
     c = env.start("infer-sim", "--seconds", "2", role="batch-inference")
     filler = finish(c)
     t = finish(a)
@@ -286,10 +309,11 @@ def service_time(env):
     # The model is released 30 ms after each request, so most requests load 128 MiB first.
     b = env.start("infer-sim", "--seconds", "3", "--rate", "15", "--models", "1", "--model-mb", "128",
                   "--idle-ms", "30", "--mem-mb", "0", role="inference", TANDEM_SLO_MS="200")
-    time.sleep(2.5)
-    st = env.status()  # while it runs: a finished process's slot is gone
+    # While it runs (a finished process's slot is gone), once it has served some requests.
+    st = env.status_when(lambda s: slots_by_pid(s).get(b.pid, {}).get("requests", 0) >= 10, (a, b))
     i = finish(b)
-    online = next(s for s in st["gpus"][0]["slots"] if s["pid"] == b.pid)
+    check(st is not None, "the online process registered and served requests")
+    online = slots_by_pid(st)[b.pid]
     refusals = st["gpus"][0]["admission_refused"]
     finish(a)
     d.terminate()
@@ -305,6 +329,7 @@ def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
     {"retention": retention, "daemon-killed": daemon_killed, "daemon-stopped": daemon_stopped,
+     "sample-overflow": sample_overflow,
      "daemon-restarted": daemon_restarted, "threads": threads,
      "communication": communication,
      "client-killed": client_killed, "service-time": service_time}[case](env)

@@ -21,8 +21,10 @@ usage: identity_e2e.py BUILD_DIR KERNEL_IMAGE roles|pool|pidns
 import json
 import os
 import pwd
+import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -58,6 +60,31 @@ def ask_raw(path, msg_type, payload):
     return t, json.loads(body)
 
 
+def copies_for_others(tmp, *paths):
+    """Copies of `paths` (files or directories of the build) in TMP/shared, readable by every
+    user and executable where they were by their owner, removed with TMP: a second local
+    user cannot run what is under build/ when the clone sits in a directory other users cannot
+    traverse (a home directory of mode 0700, a `mktemp -d`). Returns the copies' paths, in order."""
+    os.chmod(tmp, 0o755)
+    shared = os.path.join(tmp, "shared")
+    os.makedirs(shared, exist_ok=True)
+    copies = []
+    for path in paths:
+        copy = os.path.join(shared, os.path.basename(path.rstrip("/")))
+        if os.path.isdir(path):
+            shutil.copytree(path, copy, dirs_exist_ok=True)
+            files = [os.path.join(d, f) for d, _, fs in os.walk(copy) for f in fs]
+        else:
+            shutil.copy2(path, copy)
+            files = [copy]
+        for f in files:
+            os.chmod(f, 0o755 if os.stat(f).st_mode & stat.S_IXUSR else 0o644)
+        copies.append(copy)
+    for d, _, _ in os.walk(shared):
+        os.chmod(d, 0o755)
+    return copies
+
+
 class OtherUser:
     """A local user made for this test, removed at the end."""
 
@@ -81,6 +108,22 @@ class OtherUser:
 
     def popen(self, cmd, env, **kw):
         return subprocess.Popen(cmd, env=env, user=self.uid, group=self.gid, extra_groups=[], **kw)
+
+    def share(self, tmp, *paths):
+        """Copies of `paths` in TMP/shared that this user can read and run (copies_for_others),
+        checked. Returns the copies' paths, in order."""
+        copies = copies_for_others(tmp, *paths)
+        self.require_reach(copies)
+        return copies
+
+    def require_reach(self, paths):
+        """Skips the test (77), saying why, when this user cannot read `paths` (copies made by
+        copies_for_others): a parent of their temporary directory is closed to other users too."""
+        for path in paths:
+            if subprocess.run(["test", "-r", path], user=self.uid, group=self.gid, extra_groups=[]).returncode != 0:
+                print(f"SKIP: the local user {self.name} cannot reach {path}, a copy of what it runs: a parent "
+                      "directory is closed to other users (set TMPDIR to one that is not)")
+                raise SystemExit(SKIP)
 
     def ask(self, path, msg_type, payload):
         """ask_raw from a child process that became this user (no exec: any interpreter will do)."""
@@ -128,9 +171,18 @@ def stop(d):
     d.wait(timeout=10)
 
 
+def build_paths(env, image):
+    """What the hooked probe runs with: the probe, its kernel image, the preload library, the
+    simulated driver's directory, and tandemctl."""
+    return {"probe": os.path.join(env.build, "tests", "fixtures", "fixture_pool_probe"), "image": image,
+            "preload": os.path.join(env.build, "lib", "libtandem.so"), "simgpu": os.path.join(env.build, "simgpu"),
+            "tandemctl": os.path.join(env.build, "bin", "tandemctl")}
+
+
 def probe_env(env, role, user=None, pool=True, **settings):
+    paths = user.paths if user else build_paths(env, None)
     run_env = dict(env.base, TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_ROLE=role,
-                   LD_PRELOAD=os.path.join(env.build, "lib", "libtandem.so"), TANDEM_STATS_FILE="", **settings)
+                   LD_PRELOAD=paths["preload"], LD_LIBRARY_PATH=paths["simgpu"], TANDEM_STATS_FILE="", **settings)
     if pool:
         run_env["TANDEM_MEM_POOL"] = "1"
     if user:  # the simulator's contention segment is per user (it is created 0600)
@@ -139,7 +191,8 @@ def probe_env(env, role, user=None, pool=True, **settings):
 
 
 def probe(env, image, mode, mib, role, user=None, pool=True, **settings):
-    cmd = [os.path.join(env.build, "tests", "fixtures", "fixture_pool_probe"), mode, image, str(mib)]
+    paths = user.paths if user else build_paths(env, image)
+    cmd = [paths["probe"], mode, paths["image"], str(mib)]
     kw = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_env = probe_env(env, role, user, pool, **settings)
     return user.popen(cmd, run_env, **kw) if user else subprocess.Popen(cmd, env=run_env, **kw)
@@ -205,7 +258,7 @@ def case_roles(env, image, user):
         holder = probe(env, image, "hold", 8, "training")
         check(holder.stdout.readline().startswith("ready"), "root's training process is running")
         check(wait_for(lambda: slot_of(env, holder.pid)) is not None, "root's training process registered")
-        ctl = subprocess.run([os.path.join(env.build, "bin", "tandemctl"), "mem", "--set", str(holder.pid), "1M",
+        ctl = subprocess.run([user.paths["tandemctl"], "mem", "--set", str(holder.pid), "1M",
                               "--socket", env.socket], user=user.uid, group=user.gid, extra_groups=[],
                              capture_output=True, text=True, timeout=10)
         check(ctl.returncode == 1 and "only uid 0 or tandemd's quota admins" in ctl.stderr,
@@ -308,6 +361,9 @@ def main():
     os.chmod(env.tmp, 0o755)  # the other user reaches the socket inside it
     user = OtherUser()
     try:
+        # What the other user runs, copied where it can read it (the build may not be).
+        names = build_paths(env, image)
+        user.paths = dict(zip(names, user.share(env.tmp, *names.values())))
         {"roles": case_roles, "pool": case_pool, "pidns": case_pidns}[case](env, image, user)
     finally:
         user.remove()

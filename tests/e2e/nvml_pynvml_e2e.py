@@ -9,14 +9,19 @@ the simulated GPU (docs/memory.md, "NVML").
 
 pynvml (nvidia-ml-py, pinned in requirements-nvml.txt) is installed with pip into
 BUILD_DIR/pynvml on first use; when pip cannot reach the registry the test is skipped (exit
-77) with the reason printed.
+77) with the reason printed. The test owns its simulated GPU (its own SIMGPU_SHM namespace):
+another simulated-GPU program on the machine does not change the figures NVML reports.
 
 usage: nvml_pynvml_e2e.py BUILD_DIR
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_util import Env  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQUIREMENTS = os.path.join(HERE, "requirements-nvml.txt")
@@ -69,10 +74,12 @@ def install_pynvml(build):
     return target
 
 
-def run_child(build, pynvml_dir, **settings):
-    env = dict(os.environ, PYTHONPATH=pynvml_dir, LD_PRELOAD=os.path.join(build, "lib", "libtandem.so"),
-               LD_LIBRARY_PATH=os.path.join(build, "simgpu"), SIMGPU_MEM_BYTES=str(DEVICE))
-    for k in ("TANDEM_MEM_LIMIT", "TANDEM_DISABLE", "TANDEM_SOCKET"):
+def run_child(sim, pynvml_dir, **settings):
+    """The child on this test's own simulated GPU (`sim`, an e2e_util.Env: its SIMGPU_SHM, and a
+    socket where no tandemd listens)."""
+    env = dict(sim.base, PYTHONPATH=pynvml_dir, LD_PRELOAD=os.path.join(sim.build, "lib", "libtandem.so"),
+               SIMGPU_MEM_BYTES=str(DEVICE))
+    for k in ("TANDEM_MEM_LIMIT", "TANDEM_DISABLE"):
         env.pop(k, None)
     env.update(settings)
     r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=60)
@@ -91,16 +98,24 @@ def check(cond, message):
 def main():
     build = os.path.abspath(sys.argv[1])
     pynvml_dir = install_pynvml(build)
+    sim = Env(build)
+    try:
+        run_cases(sim, pynvml_dir)
+    finally:
+        shutil.rmtree(sim.tmp, ignore_errors=True)
 
-    q = run_child(build, pynvml_dir, TANDEM_MEM_LIMIT="256M")
+
+def run_cases(sim, pynvml_dir):
+    q = run_child(sim, pynvml_dir, TANDEM_MEM_LIMIT="256M")
     check(q["v1"] == [QUOTA, QUOTA - MINE, MINE], f"with a quota, v1 is (quota, rest, own use): {q['v1']}")
     check(q["v2"] == [QUOTA, 0, QUOTA - MINE, MINE], f"with a quota, v2 is (quota, 0, rest, own use): {q['v2']}")
     check(q["procs"].get(str(q["pid"])) == MINE, "the GPU's processes list this one with its 16 MiB")
 
     for name, settings in (("none", {}), ("disabled", {"TANDEM_MEM_LIMIT": "256M", "TANDEM_DISABLE": "1"})):
-        d = run_child(build, pynvml_dir, **settings)
+        d = run_child(sim, pynvml_dir, **settings)
         total, free, used = d["v1"]
-        check(total == DEVICE and used >= MINE and free == total - used, f"{name}: the device's figures: {d['v1']}")
+        # Only this process uses this test's simulated GPU: its 16 MiB are all of the use.
+        check(total == DEVICE and used == MINE and free == total - used, f"{name}: the device's figures: {d['v1']}")
         check(d["v2"][0] == DEVICE and d["v2"][1] == 0, f"{name}: v2 is the device's: {d['v2']}")
     print("ok")
 

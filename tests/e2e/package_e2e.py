@@ -220,12 +220,15 @@ def group_members(build, env, gid):
     outside it cannot connect and runs unmanaged, as without tandem."""
     from identity_e2e import OtherUser
     user = OtherUser()
+    tmp = tempfile.mkdtemp(prefix="tandem-deb-user-")
     try:
+        # What the user runs, copied where it can read it (the build may not be readable to it).
+        train_sim, simgpu = user.share(tmp, os.path.join(build, "bin", "train-sim"), os.path.join(build, "simgpu"))
         for member in (True, False):
             # The user's own simulated GPU; outside the group, a role everyone who can connect may have.
-            e = dict(env, SIMGPU_SHM=f"/simgpu-pkg-{os.getpid()}-{int(member)}",
+            e = dict(env, SIMGPU_SHM=f"/simgpu-pkg-{os.getpid()}-{int(member)}", LD_LIBRARY_PATH=simgpu,
                      TANDEM_ROLE="training" if member else "batch-inference")
-            p = subprocess.Popen([os.path.join(build, "bin", "train-sim"), "--iterations", "100"], env=e,
+            p = subprocess.Popen([train_sim, "--iterations", "100"], env=e,
                                  user=user.uid, group=user.gid, extra_groups=[gid] if member else [],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if member:
@@ -244,6 +247,7 @@ def group_members(build, env, gid):
             check(p.returncode == 0, f"and runs to the end unmanaged, as without tandem (exit {p.returncode}) {err[-300:]}")
     finally:
         user.remove()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_unit_case(build):

@@ -240,10 +240,11 @@ __attribute__((constructor)) static void loaded(void) {
 """
 
 
-def setuid_case(env):
+def setuid_case(env, library):
     """/etc/ld.so.preload loads tandem into setuid programs too, with the caller's environment:
     there no TANDEM_* setting may count (TANDEM_REAL_LIBCUDA would make root load any library,
-    TANDEM_STATS_FILE write any file)."""
+    TANDEM_STATS_FILE write any file). `library`, which the preload file names, is a copy the
+    second user can read (the build may not be readable to it)."""
     from identity_e2e import OtherUser
     os.chmod(env.tmp, 0o755)
     program, impostor, marker = (os.path.join(env.tmp, n) for n in ("probe-setuid", "impostor.so", "user/marker"))
@@ -256,6 +257,7 @@ def setuid_case(env):
     os.makedirs(marker_dir)
     os.chown(marker_dir, user.uid, user.gid)
     try:
+        user.require_reach([library, program])
         e = environment(env, TANDEM_REAL_LIBCUDA=impostor, TANDEM_LOG="debug", MARKER=marker,
                         TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-setuid.json"))
         p = user.popen([program], e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -326,13 +328,17 @@ def main():
         enter_namespace(build, case)
     env = Env(build)
     library = os.path.join(build, "lib", "libtandem.so")
+    if case == "setuid":  # a second user loads it: a copy it can read (the build may not be)
+        from identity_e2e import copies_for_others
+        library = copies_for_others(env.tmp, library)[0]
     mount_preload_file(library, env.tmp)
     with open("/etc/ld.so.preload") as f:
         check(f.read().strip() == library, f"/etc/ld.so.preload names {library} (in this namespace)")
     d = env.daemon()
     try:
         check(mapped(d.pid, "libtandem.so"), "tandemd itself loads the library too")
-        {"cuda": cuda_case, "twice": twice_case, "torch": torch_case, "untouched": untouched_case, "setuid": setuid_case}[case](env)
+        {"cuda": cuda_case, "twice": twice_case, "torch": torch_case, "untouched": untouched_case,
+         "setuid": lambda env: setuid_case(env, library)}[case](env)
         check(d.poll() is None, "tandemd is still running")
     finally:
         d.terminate()

@@ -20,11 +20,14 @@ usage: slo_e2e.py BUILD_DIR CASE
                Exclusive, training at least 0.3
   floor        a target below what the policy can reach: status says so and names training's
                collective; with TANDEM_JOB_LOCAL=1 the collective is held and leaves the floor
+  fractional   TANDEM_SLO_MS=23.24 is a target of 23.24 ms (not a warning and 100 ms): in the
+               process's row of `tandemctl status --json` and in the controller's history;
+               tandemd takes TANDEM_SLO_PERIOD_MS with a unit (0.1s) the same way
 """
 import sys
 import time
 
-from e2e_util import Env, check, finish
+from e2e_util import Env, check, finish, slots_by_pid
 
 # Training: 100 kernels of 200 us (20 ms compute), a 0.5 ms collective, 11.5 ms of data
 # loading. The simulated GPU switches processes only between kernels, and tandem never holds a
@@ -118,12 +121,13 @@ def step(env):
 def transparent(env):
     d = env.daemon("slo")
     b = env.start("infer-sim", "--seconds", "2", "--closed-loop", "--transparent", role="inference")
-    time.sleep(1.2)
-    st = env.status()
+    # Once a control interval has seen requests (polled: a loaded machine starts it late).
+    st = env.status_when(lambda s: slots_by_pid(s).get(b.pid, {}).get("latency_samples", 0) > 10, (b,))
     out = finish(b)
     d.terminate()
     d.wait()
-    slot = st["gpus"][0]["slots"][0]
+    check(st is not None, "tandemd saw the process's requests")
+    slot = slots_by_pid(st)[b.pid]
     gpu_ms = out["gpu_ms_per_request"]
     check(out["request_api"] is False, "infer-sim did not use the client API")
     check(slot["latency_samples"] > 10, f"requests seen transparently ({slot['latency_samples']} in the interval)")
@@ -137,9 +141,8 @@ def daemon_killed(env):
     d = env.daemon("slo")
     a = env.start("train-sim", "--seconds", "3", *TRAIN, role="training")
     b = env.start("infer-sim", *infer_args(rate, 3), role="inference", TANDEM_SLO_MS="5")
-    time.sleep(1.0)
-    st = env.status()
-    check(st is not None and st["gpus"][0]["slo"]["active"], "online inference active, training gated")
+    st = env.status_when(lambda s: bool(s["gpus"] and (s["gpus"][0]["slo"] or {}).get("active")), (a, b))
+    check(st is not None, "online inference active, training gated")
     d.kill()
     d.wait()
     t, i = finish(a), finish(b)
@@ -227,11 +230,34 @@ def floor(env):
                   "with TANDEM_JOB_LOCAL=1 the collective is held and not in the floor")
 
 
+def fractional(env):
+    d = env.daemon("slo", TANDEM_SLO_PERIOD_MS="0.1s")
+    b = env.start("infer-sim", "--seconds", "4", "--rate", "50", *INFER, role="inference", TANDEM_SLO_MS="23.24")
+
+    def history(s):
+        return [h for g in s["gpus"] for h in ((g.get("slo") or {}).get("history") or []) if h["samples"]]
+
+    # Once tandemd has the process's target and has judged a control period by it.
+    st = env.status_when(lambda s: b.pid in slots_by_pid(s) and history(s), (b,))
+    out, err = b.communicate(timeout=60)
+    d.terminate()
+    _, daemon_err = d.communicate(timeout=10)
+    check(st is not None, f"tandemd saw the inference process and judged a control period {err[-300:]}")
+    check("not valid" not in err and "not valid" not in daemon_err,
+          f"no setting refused: {(err + daemon_err).strip()[-300:]!r}")
+    slot = slots_by_pid(st)[b.pid]
+    check(slot["slo_ms"] == 23.24, f"tandemctl status --json shows its target as 23.24 ms: {slot['slo_ms']}")
+    targets = {h["target_ms"] for h in history(st)}
+    check(targets == {23.24}, f"the controller judged latency against 23.24 ms: {sorted(targets)}")
+    check(b.returncode == 0, f"infer-sim finished ({b.returncode})")
+
+
 def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
     {"latency": latency, "step": step, "transparent": transparent, "daemon-killed": daemon_killed,
-     "realistic-mps": realistic_mps, "realistic-timeslice": realistic_timeslice, "floor": floor}[case](env)
+     "realistic-mps": realistic_mps, "realistic-timeslice": realistic_timeslice, "floor": floor,
+     "fractional": fractional}[case](env)
     print(f"slo e2e {case}: ok")
 
 

@@ -5,9 +5,10 @@ Without the project's venv the test is skipped (exit 77) with the reason.
 
   fill  training (60 ms of GPU work a step, then 30 ms of data loading: a bubble) beside
         serve.py as a batch filler (closed loop, 4 ms of GPU work a request): under tandem
-        training keeps >= 0.95 of Exclusive, Co-Exec is clearly lower (<= 0.90), the filler gets
-        work done in training's bubbles (it waited at its gate, and answered >= 1 request a
-        second) and training never waited at a gate
+        training keeps >= 0.95 of Exclusive, Co-Exec is clearly lower (<= 0.90), the filler uses
+        training's bubbles in every round (bubble use: its throughput over its Exclusive
+        throughput times training's idle share, >= 0.6; it waited at its gate) and training never
+        waited at a gate
   slo   serve.py as online inference (Poisson arrivals, 20 a second, 20 ms of GPU work a
         request, TANDEM_SLO_MS 100) beside training: under tandemd --policy slo its p99 is
         held at the target (<= 1.2 x the target, or x Exclusive's p99 where the host's noise
@@ -43,6 +44,7 @@ from torch_e2e import PYTHON, example, require_torch  # noqa: E402
 WINDOW_S = 6.0
 SETTLE_S = 0.5  # left out at a window's start: the switch itself
 TRAIN = ["--gpu-ms", "60", "--kernel-ms", "1", "--sleep-ms", "30", "--warmup-steps", "3", "--replays", "0"]
+TRAIN_GPU_S = 0.060  # a step's GPU work (its large kernels; the model's own are small beside them)
 FILLER = ["--gpu-ms", "4", "--kernel-ms", "1", "--warmup", "3"]
 # Under policy slo training's kernels are short: the simulated GPU switches processes only
 # between kernels, so a request waits for at most one of them (docs/slo.md).
@@ -167,7 +169,11 @@ def fill(env, rounds):
         for n in range(1, rounds + 1):
             train.run(True)
             alone = steps_per_s(train, window())
+            train.run(False)
             filler.run(True)
+            w = window()
+            filler_alone = len(filler.between(*w)) / (w[1] - w[0])
+            train.run(True)
             w = window()
             coexec, co_requests = steps_per_s(train, w), len(filler.between(*w))
 
@@ -178,10 +184,17 @@ def fill(env, rounds):
             w, gpu = with_daemon(env, "fill", (train, filler), tandem_window)
             tandem, requests = steps_per_s(train, w), len(filler.between(*w))
             filler.run(False)
-            results.append({"alone": alone, "coexec": coexec / alone, "tandem": tandem / alone, "requests": requests})
+            # SpecInF's bubble use: the filler's throughput over what it would do alone in the
+            # share of the time training leaves the GPU idle (its data loading; training's own
+            # GPU time is its step rate times the step's GPU work).
+            idle = max(1e-3, 1.0 - tandem * TRAIN_GPU_S)
+            use = requests / (w[1] - w[0]) / (filler_alone * idle)
+            results.append({"alone": alone, "coexec": coexec / alone, "tandem": tandem / alone, "requests": requests,
+                            "use": use})
             print(f"round {n}: training {alone:.2f} steps/s alone; co-exec {coexec / alone:.3f} (filler {co_requests} "
-                  f"requests), tandem {tandem / alone:.3f} of Exclusive (filler {requests} requests); tandemd: "
-                  f"{gpu['bubbles']} bubbles, mean {gpu['mean_bubble_ms']:.1f} ms, busy {gpu['mean_busy_ms']:.1f} ms")
+                  f"requests), tandem {tandem / alone:.3f} of Exclusive (filler {requests} requests, alone "
+                  f"{filler_alone:.1f}/s, bubble use {use:.3f}); tandemd: {gpu['bubbles']} bubbles, mean "
+                  f"{gpu['mean_bubble_ms']:.1f} ms, busy {gpu['mean_busy_ms']:.1f} ms")
         train.stop()
         filler.stop()
     finally:
@@ -190,17 +203,18 @@ def fill(env, rounds):
     kept = max(r["tandem"] for r in results)
     co = min(r["coexec"] for r in results)
     print("spread: tandem " + " ".join(f"{r['tandem']:.3f}" for r in results) +
-          "; co-exec " + " ".join(f"{r['coexec']:.3f}" for r in results))
+          "; co-exec " + " ".join(f"{r['coexec']:.3f}" for r in results) +
+          "; bubble use " + " ".join(f"{r['use']:.3f}" for r in results))
     check(kept >= 0.95, f"training under tandem keeps {kept:.3f} >= 0.95 of Exclusive (best round)")
     check(co <= 0.90, f"Co-Exec is measurably lower ({co:.3f} <= 0.90, lowest round)")
     t, f = train.stats(env), filler.stats(env)
     check(gpu["bubbles"] >= 20, f"tandemd saw training's bubbles ({gpu['bubbles']})")
     check(t["gate"]["waits"] == 0, f"training never waited at a gate ({t['gate']['waits']})")
     check(f["gate"]["waits"] > 0, f"the filler was held while training computed ({f['gate']['waits']} gate waits)")
-    got = max(r["requests"] for r in results)
-    # A request is ~45 launches, each taking tokens at the gate: the filler gets through a few
-    # a second in training's 30 ms bubbles (13-18 in a 6 s window measured; Co-Exec ~600).
-    check(got >= WINDOW_S, f"the filler got work done in the bubbles ({got} requests in a window)")
+    # Every round, not the best: the filler's learned costs once settled high in most runs
+    # (13-18 requests in a window against 328-363 in the others).
+    low = min(r["use"] for r in results)
+    check(low >= 0.6, f"the filler uses its bubbles in every round (bubble use {low:.3f} >= 0.6, lowest round)")
 
 
 def slo(env, rounds):

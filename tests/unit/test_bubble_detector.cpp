@@ -122,6 +122,31 @@ TEST_CASE("BubbleDetector: learned profile over several iterations") {
   // Busy phases between bubbles are 3 ms; the partial start-up phase is not learned.
   CHECK(tr.d.mean_busy_ns() == 3 * kMs);
   CHECK(tr.d.predicted_bubble_end_ns() == 0);  // busy now
+  // The 6 ms bubble strayed 4 ms from the 2 ms mean: the spread is 1 ms, and the next bubble is
+  // predicted to end early, 3 - 1 ms.
+  CHECK(tr.d.bubble_spread_ns() == 1 * kMs);
+  tr.idle();
+  CHECK(tr.d.predicted_bubble_end_ns() == tr.d.phase_started_ns() + 2 * kMs);
+}
+
+TEST_CASE("BubbleDetector: steady bubbles are predicted to their mean, scattered ones earlier") {
+  Trainer steady, scattered;
+  for (uint64_t bubble_ms : {4, 4, 4, 4, 4, 4}) {
+    steady.busy();
+    for (uint64_t i = 0; i < bubble_ms; ++i) steady.idle();
+  }
+  for (uint64_t bubble_ms : {2, 6, 3, 5, 2, 6}) {
+    scattered.busy();
+    for (uint64_t i = 0; i < bubble_ms; ++i) scattered.idle();
+  }
+  steady.busy();
+  scattered.busy();
+  steady.idle();
+  scattered.idle();
+  CHECK(steady.d.predicted_bubble_end_ns() == steady.d.phase_started_ns() + steady.d.mean_bubble_ns());
+  uint64_t early = scattered.d.phase_started_ns() + scattered.d.mean_bubble_ns() - scattered.d.bubble_spread_ns();
+  CHECK(scattered.d.bubble_spread_ns() > kMs);
+  CHECK(scattered.d.predicted_bubble_end_ns() == std::max(early, scattered.d.phase_started_ns() + scattered.d.mean_bubble_ns() / 2));
 }
 
 TEST_CASE("BubbleDetector: the start-up busy phase does not skew the busy mean") {

@@ -201,6 +201,49 @@ TEST_CASE("FillPolicy: near the predicted bubble end only work that can finish b
   CHECK(grants[0].tokens_ns == 3 * kMsI);  // nothing learned yet: the plain bound
 }
 
+TEST_CASE("FillPolicy: a launch longer than the filler's share is granted whole when the bubble holds it") {
+  FillParams p = params();
+  p.max_inflight_ns = 4 * kMs;
+  p.stable_after_ns = 0;
+  std::vector<Grant> grants;
+  const uint64_t end = 30 * kMs;  // predicted bubble end
+  auto waiting = [](int id, uint64_t want, uint64_t inflight = 0) {
+    FillerState f = filler(id, inflight);
+    f.want_ns = want;
+    return f;
+  };
+  // A 20 ms graph replay, 28 ms before the bubble's end: granted in one piece.
+  std::vector<FillerState> one{waiting(1, 20 * kMs)};
+  FillPolicy policy(p);
+  policy.step(GpuPhase::bubble, false, 2 * kMs, 0, end, one, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 20 * kMsI);
+  // 15 ms before the end it would run into training: only the share, which it cannot use.
+  policy.step(GpuPhase::bubble, false, 15 * kMs, 0, end, one, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 4 * kMsI);
+  // Other fillers' queued work counts against the room: 10 ms queued, 18 ms left.
+  std::vector<FillerState> busy{waiting(1, 10 * kMs), waiting(2, 0, 10 * kMs)};
+  policy.step(GpuPhase::bubble, false, 12 * kMs, 0, end, busy, grants);
+  for (const Grant& g : grants) CHECK(g.tokens_ns < 10 * kMsI);
+  // Two fillers waiting with long launches: one whole launch a period.
+  std::vector<FillerState> two{waiting(1, 8 * kMs), waiting(2, 8 * kMs)};
+  policy.step(GpuPhase::bubble, false, 2 * kMs, 0, end, two, grants);
+  REQUIRE(grants.size() == 2);
+  CHECK(grants[0].tokens_ns + grants[1].tokens_ns == 8 * kMsI + 2 * kMsI);  // one whole, one share
+  // A launch that fits the share is paid from it as before; with no predicted end nothing whole.
+  std::vector<FillerState> small{waiting(1, kMs)};
+  policy.step(GpuPhase::bubble, false, 2 * kMs, 0, end, small, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 4 * kMsI);
+  policy.step(GpuPhase::bubble, false, 2 * kMs, 0, 0, one, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 4 * kMsI);
+  // Closed: nothing, whatever waits.
+  policy.step(GpuPhase::busy, false, 2 * kMs, 0, end, one, grants);
+  CHECK(grants.empty());
+}
+
 TEST_CASE("FillPolicy: training's collective holds fillers back unless filling during it is on") {
   FillParams p = params();
   p.stable_after_ns = 0;

@@ -1,4 +1,12 @@
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,4 +91,49 @@ TEST_CASE("stats JSON carries the documented keys") {
                           "\"frees\"", "\"peak_bytes\""})
     CHECK(text.find(key) != std::string::npos);
   CHECK(text.find("\"training\"") != std::string::npos);
+}
+
+// Security: a user who can write the stats file's directory (/tmp) must not be able to make a
+// privileged process overwrite another file through a planted symlink at a predictable name.
+TEST_CASE("stats file is written without following symlinks planted beside it") {
+  char dir_template[] = "/tmp/tandem-stats-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  std::string dir = dir_template;
+  std::string victim = dir + "/victim";
+  {
+    std::FILE* f = std::fopen(victim.c_str(), "w");
+    REQUIRE(f);
+    std::fputs("precious\n", f);
+    std::fclose(f);
+  }
+  std::string path = dir + "/stats-" + std::to_string(getpid()) + ".json";
+  // The old temporary name, and the final name itself, both point at the victim.
+  REQUIRE(::symlink(victim.c_str(), (path + ".tmp").c_str()) == 0);
+  std::string final_link = dir + "/final.json";
+  REQUIRE(::symlink(victim.c_str(), final_link.c_str()) == 0);
+
+  CHECK(write_stats_file((dir + "/stats-%p.json").c_str(), "training"));
+  CHECK(write_stats_file(final_link.c_str(), "training"));
+
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(slurp(victim) == "precious\n");
+  CHECK(slurp(path).find("\"training\"") != std::string::npos);
+  struct stat st {};
+  REQUIRE(::lstat(final_link.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));  // the link itself was replaced by the report
+  CHECK((st.st_mode & 0777) == 0644);
+  // No temporary file is left behind.
+  int entries = 0;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) entries += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  CHECK(entries == 4);  // victim, the planted .tmp link, the report, final.json
+  for (const char* name : {"/victim", "/final.json"}) ::unlink((dir + name).c_str());
+  ::unlink(path.c_str());
+  ::unlink((path + ".tmp").c_str());
+  ::rmdir(dir.c_str());
 }

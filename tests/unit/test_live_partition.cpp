@@ -193,8 +193,8 @@ TEST_CASE("GpuScheduler, live partitions: the slot says the partition while a re
   int online = gpu.segment().claim(300, TANDEM_ROLE_INFERENCE);
   int train = gpu.segment().claim(500, TANDEM_ROLE_TRAINING);
   tandem_client_page* tp = gpu.segment().page(train);
-  for (unsigned i = 0; i < TANDEM_LIVE_PARTITIONS; ++i) tp->live_partitions[i] = kLevels[i];
-  tp->training_flags = TANDEM_TRAINING_MPS;
+  const uint32_t all_levels = TANDEM_TRAINING_LIVE_MASK;
+  tp->training_flags = TANDEM_TRAINING_MPS | all_levels;
   gpu.segment().page(online)->slo_us = 10000;
   uint64_t t = 1000 * kMs;
   auto request = [&](bool open) {
@@ -213,16 +213,29 @@ TEST_CASE("GpuScheduler, live partitions: the slot says the partition while a re
   CHECK(shm->slots[train].inflight_bound_ns == 500000);  // ...with the in-flight bound
   CHECK(shm->slots[train].gate == TANDEM_GATE_TOKENS);
   // Not an MPS client (time slicing): no live partition, held during requests as before.
-  tp->training_flags = 0;
+  tp->training_flags = all_levels;
   request(true);
   gpu.tick(t += kMs);
   CHECK_FALSE(gpu.slo().live());
   CHECK(shm->slots[train].live_partition == 0);
   CHECK(shm->requests_unheld == 0);
-  // Partitions out of order: not believed (and counted against the page).
-  tp->training_flags = TANDEM_TRAINING_MPS;
-  tp->live_partitions[1] = 10;
+  // Two training processes holding different partitions: not live (one partition for all).
+  tp->training_flags = TANDEM_TRAINING_MPS | all_levels;
+  int other = gpu.segment().claim(600, TANDEM_ROLE_TRAINING);
+  gpu.segment().page(other)->training_flags = TANDEM_TRAINING_MPS | TANDEM_TRAINING_LIVE(1);
   gpu.tick(t += kMs);
   CHECK_FALSE(gpu.slo().live());
-  CHECK(gpu.segment().view(train).violations > 0);
+  gpu.segment().page(other)->training_flags = TANDEM_TRAINING_MPS | all_levels;
+  gpu.tick(t += kMs);
+  CHECK(gpu.slo().live());
+  CHECK(shm->slots[other].live_partition == 50);
+}
+
+TEST_CASE("live_levels: the percentages a training process's flags name") {
+  uint8_t pcts[TANDEM_LIVE_PARTITIONS];
+  CHECK(live_levels(TANDEM_TRAINING_LIVE(1) | TANDEM_TRAINING_LIVE(3) | TANDEM_TRAINING_MPS, pcts) == 2);
+  CHECK(pcts[0] == 50);
+  CHECK(pcts[1] == 85);
+  CHECK(pcts[2] == 0);
+  CHECK(live_levels(TANDEM_TRAINING_COLLECTIVES_HELD, pcts) == 0);
 }

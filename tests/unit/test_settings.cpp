@@ -3,20 +3,13 @@
 #include <vector>
 
 #include "settings.h"
+#include "settings_env.h"
 
 using namespace tandem;
 
 namespace {
-std::vector<std::string> g_warnings;
-void collect(const char* message) noexcept { g_warnings.emplace_back(message); }
-
-void load(std::vector<std::string> vars) {
-  std::vector<char*> env;
-  for (auto& v : vars) env.push_back(v.data());
-  env.push_back(nullptr);
-  g_warnings.clear();
-  load_settings(env.data(), collect);
-}
+auto& g_warnings = test::g_setting_warnings;
+void load(std::vector<std::string> vars) { test::load_env(std::move(vars)); }
 }  // namespace
 
 TEST_CASE("settings default when unset") {

@@ -1,0 +1,170 @@
+#include "kernel_cost.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "handle_map.h"
+#include "real_driver.h"
+
+namespace tandem::hook {
+
+namespace {
+
+// A learned cost in the handle map: low 48 bits ns (78 hours), high 16 bits samples.
+constexpr uint64_t kNsBits = 48;
+constexpr uint64_t kNsMask = (1ull << kNsBits) - 1;
+constexpr uint32_t kMaxSamples = 0xffff;
+uint64_t pack(uint64_t ns, uint32_t samples) { return std::min(ns, kNsMask) | (uint64_t{samples} << kNsBits); }
+uint64_t ns_of(uint64_t v) { return v & kNsMask; }
+uint32_t samples_of(uint64_t v) { return static_cast<uint32_t>(v >> kNsBits); }
+
+// The first launches of a shape are timed, then one in kSampleEvery of all gated launches.
+constexpr uint32_t kLearnSamples = 4;
+constexpr uint64_t kSampleEvery = 32;
+
+// Before any long kernel was timed: 1/8 ns a thread, what an element-wise kernel over a large
+// tensor costs on an H100 (and on the simulated GPU: 2 us a wave of 132 blocks of 256).
+constexpr uint64_t kInitialNsPerThreadQ10 = 128;
+std::atomic<uint64_t> g_ns_per_thread_q10{kInitialNsPerThreadQ10};
+
+enum SampleState : uint32_t { kFree, kClaimed, kPending };
+struct Sample {
+  std::atomic<uint32_t> state{kFree};
+  CUevent start = nullptr, end = nullptr;  // created by the first claimer, kept
+  uintptr_t key = 0;
+  uint64_t threads = 0;
+};
+constexpr uint32_t kSamples = 32;
+Sample g_samples[kSamples];
+std::atomic<uint64_t> g_launches{0};
+std::atomic<uint32_t> g_next_slot{0};
+std::atomic<uint64_t> g_samples_done{0};
+std::atomic<bool> g_polling{false};  // one poller at a time: the progress thread or a launch
+std::atomic<uint64_t> g_shapes{0};
+
+CUresult record(CUevent e, CUstream s, bool per_thread) {
+  return per_thread ? g_real.cuEventRecord_ptsz(e, s) : g_real.cuEventRecord(e, s);
+}
+
+CUresult elapsed_ms(float* ms, CUevent start, CUevent end) {
+  CUresult r = g_real.cuEventElapsedTime_v2(ms, start, end);
+  return r == CUDA_ERROR_NOT_FOUND ? g_real.cuEventElapsedTime(ms, start, end) : r;
+}
+
+void learn(uintptr_t key, uint64_t threads, uint64_t measured) {
+  uint64_t old = kernel_costs().find(key);
+  bool known = old != HandleMap::kAbsent;
+  uint32_t samples = known ? samples_of(old) : 0;
+  uint64_t learned = next_learned_cost(known ? ns_of(old) : 0, samples, measured);
+  if (kernel_costs().put(key, pack(learned, std::min(samples + 1, kMaxSamples))) && !known)
+    g_shapes.fetch_add(1, std::memory_order_relaxed);
+  if (threads)
+    g_ns_per_thread_q10.store(next_ns_per_thread_q10(g_ns_per_thread_q10.load(std::memory_order_relaxed), threads, measured),
+                              std::memory_order_relaxed);
+}
+
+}  // namespace
+
+uintptr_t kernel_cost_key(const void* function, uint64_t blocks) noexcept {
+  // Mixing the grid in keeps shapes of one function apart; 0 is the map's empty key.
+  uintptr_t k = reinterpret_cast<uintptr_t>(function) ^ (blocks * 0x9E3779B97F4A7C15ull);
+  return k ? k : 1;
+}
+
+uintptr_t graph_cost_key(const void* exec) noexcept {
+  uintptr_t k = reinterpret_cast<uintptr_t>(exec) ^ 0xC2B2AE3D27D4EB4Full;  // apart from kernels
+  return k ? k : 1;
+}
+
+uint64_t learned_cost_ns(uintptr_t key) noexcept {
+  uint64_t v = kernel_costs().find(key);
+  return v == HandleMap::kAbsent ? 0 : ns_of(v);
+}
+
+uint64_t kernel_cost_ns(uintptr_t key, uint64_t threads) noexcept {
+  if (uint64_t learned = learned_cost_ns(key)) return learned;
+  // A shape not learned yet may have a timed launch that just finished (a request's first
+  // kernel, waited for by the host): look before guessing, so the next launch pays its length.
+  poll_cost_samples();
+  if (uint64_t learned = learned_cost_ns(key)) return learned;
+  uint64_t guess = (threads * g_ns_per_thread_q10.load(std::memory_order_relaxed)) >> 10;
+  return std::clamp(guess, kMinKernelCostNs, kMaxGuessNs);
+}
+
+int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thread) noexcept {
+  uint64_t n = g_launches.fetch_add(1, std::memory_order_relaxed);
+  uint64_t v = kernel_costs().find(key);
+  bool learning = v == HandleMap::kAbsent || samples_of(v) < kLearnSamples;
+  if (!learning && n % kSampleEvery != 0) return -1;
+  // A few slots from a rotating start: a busy table skips this sample rather than wait.
+  for (uint32_t tries = 0; tries < 4; ++tries) {
+    uint32_t i = g_next_slot.fetch_add(1, std::memory_order_relaxed) % kSamples;
+    Sample& sm = g_samples[i];
+    uint32_t expected = kFree;
+    if (!sm.state.compare_exchange_strong(expected, kClaimed, std::memory_order_acquire)) continue;
+    if ((!sm.start && g_real.cuEventCreate(&sm.start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
+        (!sm.end && g_real.cuEventCreate(&sm.end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
+        record(sm.start, s, per_thread) != CUDA_SUCCESS) {
+      sm.state.store(kFree, std::memory_order_release);
+      return -1;
+    }
+    sm.key = key;
+    sm.threads = threads;
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void cost_sample_end(int sample, CUstream s, bool per_thread, bool launched) noexcept {
+  if (sample < 0) return;
+  Sample& sm = g_samples[sample];
+  bool pending = launched && record(sm.end, s, per_thread) == CUDA_SUCCESS;
+  sm.state.store(pending ? kPending : kFree, std::memory_order_release);
+}
+
+void poll_cost_samples() noexcept {
+  if (g_polling.exchange(true, std::memory_order_acquire)) return;  // another thread is at it
+  for (Sample& sm : g_samples) {
+    if (sm.state.load(std::memory_order_acquire) != kPending) continue;
+    CUresult q = g_real.cuEventQuery(sm.end);
+    if (q == CUDA_ERROR_NOT_READY) continue;
+    float ms = 0;
+    if (q == CUDA_SUCCESS && elapsed_ms(&ms, sm.start, sm.end) == CUDA_SUCCESS && ms >= 0) {
+      learn(sm.key, sm.threads, static_cast<uint64_t>(static_cast<double>(ms) * 1e6));
+      g_samples_done.fetch_add(1, std::memory_order_relaxed);
+    }
+    sm.state.store(kFree, std::memory_order_release);
+  }
+  g_polling.store(false, std::memory_order_release);
+}
+
+void cost_samples_after_fork_child() noexcept {
+  // The parent's events belong to its context, which the child does not have.
+  for (Sample& sm : g_samples) {
+    sm.state.store(kFree);
+    sm.start = sm.end = nullptr;
+  }
+  g_polling.store(false);
+}
+
+uint64_t next_learned_cost(uint64_t learned, uint32_t samples, uint64_t measured_ns) noexcept {
+  measured_ns = std::max(measured_ns, uint64_t{1});
+  if (samples == 0 || learned == 0) return measured_ns;
+  if (measured_ns < learned) return learned - (learned - measured_ns) / 2;
+  return learned + (measured_ns - learned) / 8;
+}
+
+uint64_t next_ns_per_thread_q10(uint64_t q10, uint64_t threads, uint64_t measured_ns) noexcept {
+  if (threads == 0 || measured_ns < kPerThreadMinNs) return q10;
+  double observed = static_cast<double>(measured_ns) * 1024.0 / static_cast<double>(threads);
+  double current = static_cast<double>(q10);
+  // Like a shape's cost: half way down, an eighth of the way up.
+  double next = observed < current ? current + (observed - current) / 2 : current + (observed - current) / 8;
+  return next < 1 ? 1 : static_cast<uint64_t>(next);
+}
+
+CostFigures cost_figures() noexcept {
+  return {g_samples_done.load(), g_shapes.load(), g_ns_per_thread_q10.load()};
+}
+
+}  // namespace tandem::hook

@@ -1,0 +1,65 @@
+// What a gated launch costs: the GPU time (ns) tokens and the in-flight bound are counted in.
+// Learned per kernel shape — a function and its grid, or a graph exec as a whole — from the
+// kernel's own GPU time: a sampled launch is bracketed by two timing events on its stream, and
+// their elapsed time is what the kernel took on the GPU. Neither host gaps between launches
+// (a framework's Python), nor the time until the progress thread looks, nor the process's
+// waits at its gate are in it; only another process's kernels running while it waited can
+// lengthen it, so the learned value follows the short measurements (falls fast, rises slowly).
+//
+// A shape not timed yet costs the process's learned ns per thread times its threads (learned
+// from long kernels only, where the time is in proportion to the threads), at least a small
+// kernel's floor and at most kMaxGuessNs: a guess is corrected by the launch's own timing, and
+// a wild one (a spin kernel's time over its few threads) must not hold a new shape at the gate
+// for longer than any bubble. Each shape is timed on its first launches, then one launch in
+// 32, so a kernel whose time depends on its arguments is followed too.
+//
+// Lock-free for the launch path: a lookup is a probe of a fixed table; a sample takes a slot
+// with one compare-and-swap and records two events. Costs are written by one poller at a time
+// (the progress thread, or the first launch of a shape not learned yet).
+#pragma once
+#include <cstdint>
+
+#include "cuda_abi.h"
+
+namespace tandem::hook {
+
+constexpr uint64_t kMinKernelCostNs = 2000;  // launch to completion of the smallest kernel
+constexpr uint64_t kMaxGuessNs = 1000000;    // what a shape never timed is charged at most
+
+// The key of a kernel shape (function, blocks in its grid) and of a graph exec.
+uintptr_t kernel_cost_key(const void* function, uint64_t blocks) noexcept;
+uintptr_t graph_cost_key(const void* exec) noexcept;
+
+// Learned GPU time of `key`, or 0 when it was never timed.
+uint64_t learned_cost_ns(uintptr_t key) noexcept;
+
+// The estimate a launch of `key` with `threads` threads is charged.
+uint64_t kernel_cost_ns(uintptr_t key, uint64_t threads) noexcept;
+
+// Timing one launch: begin() before the launch (returns a sample id, or -1 when this launch is
+// not sampled or no slot is free), end() after it. `threads` 0: a graph (no per-thread lesson).
+int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thread) noexcept;
+void cost_sample_end(int sample, CUstream s, bool per_thread, bool launched) noexcept;
+
+// Completed samples update the learned costs: the progress thread every tick, and a launch of
+// a shape not learned yet. One caller at a time; a second returns at once.
+void poll_cost_samples() noexcept;
+void cost_samples_after_fork_child() noexcept;
+
+// The learning rules (pure, unit-tested). A shape's cost: its first measurement, then a step
+// half of the way down to a shorter one and an eighth of the way up to a longer one.
+uint64_t next_learned_cost(uint64_t learned, uint32_t samples, uint64_t measured_ns) noexcept;
+// ns per thread (1/1024 ns fixed point) from a kernel of `threads` that took `measured_ns`;
+// kernels shorter than kPerThreadMinNs teach nothing (their time is mostly fixed cost).
+constexpr uint64_t kPerThreadMinNs = 50000;
+uint64_t next_ns_per_thread_q10(uint64_t q10, uint64_t threads, uint64_t measured_ns) noexcept;
+
+// Figures for the stats file and tests.
+struct CostFigures {
+  uint64_t samples;       // timed launches completed
+  uint64_t shapes;        // kernel shapes with a learned cost
+  uint64_t ns_per_thread_q10;
+};
+CostFigures cost_figures() noexcept;
+
+}  // namespace tandem::hook
