@@ -83,6 +83,15 @@ class RelaxedCapture {
 bool is_legacy(CUstream s, bool per_thread) noexcept { return s == CU_STREAM_LEGACY || (!s && !per_thread); }
 bool is_per_thread(CUstream s, bool per_thread) noexcept { return s == CU_STREAM_PER_THREAD || (!s && per_thread); }
 
+// The handle that names `s` whatever entry point tandem's own calls go through.
+CUstream named(CUstream s, bool per_thread) noexcept {
+  return is_legacy(s, per_thread) ? CU_STREAM_LEGACY : is_per_thread(s, per_thread) ? CU_STREAM_PER_THREAD : s;
+}
+
+// An untracked stream (never redirected) at home: only the legacy stream's implicit
+// synchronization may need an event, and only while some stream's work is away.
+void follow_untracked(CUstream s, bool per_thread) noexcept;
+
 // Makes `to` run after everything queued on `from` so far (with the lock held).
 bool order_after(CUstream to, CUstream from) noexcept {
   if (!g_event && g_real.cuEventCreate(&g_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
@@ -240,6 +249,13 @@ void reap_dead() noexcept {
   }
 }
 
+void follow_untracked(CUstream s, bool per_thread) noexcept {
+  if (g_green.away() == 0) return;
+  Kind kind = is_legacy(s, per_thread) ? Kind::legacy : is_per_thread(s, per_thread) ? Kind::per_thread
+                                                                                     : kind_of(s, per_thread);
+  follow_implicit_sync(kind, named(s, per_thread), true, nullptr);
+}
+
 // The partition tandemd wants now (kHome: none): the largest prepared within the slot's
 // live_partition, none while a capture is open.
 int wanted_partition() noexcept {
@@ -283,9 +299,7 @@ CUstream route(CUstream s, bool per_thread, bool may_switch) noexcept {
   AppStream* e = find(s, per_thread);
   if (!e && want != kHome) e = create(s, per_thread);
   if (!e) {  // untracked (the table is full, or nothing is wanted): at home
-    Kind kind = is_legacy(s, per_thread) ? Kind::legacy : is_per_thread(s, per_thread) ? Kind::per_thread
-                                                                                       : kind_of(s, per_thread);
-    follow_implicit_sync(kind, s, true, nullptr);
+    follow_untracked(s, per_thread);
     return s;
   }
   if (e->kind == Kind::application_green) want = kHome;  // the application's own partition: left alone
@@ -312,10 +326,9 @@ void green_home_slow(CUstream s, bool per_thread) noexcept {
   if (stream_is_capturing(s, per_thread)) return;
   if (wanted_partition() == kHome) bring_all_home();
   AppStream* e = find(s, per_thread);
-  if (e) go_home(*e);
-  Kind kind = e ? e->kind : is_legacy(s, per_thread) ? Kind::legacy : is_per_thread(s, per_thread) ? Kind::per_thread
-                                                                                                 : kind_of(s, per_thread);
-  follow_implicit_sync(kind, s, true, e ? &e->home : nullptr);
+  if (!e) return follow_untracked(s, per_thread);
+  go_home(*e);
+  follow_implicit_sync(e->kind, e->home.stream, true, &e->home);
 }
 
 void green_stream_destroyed(CUstream s) noexcept {
