@@ -15,6 +15,12 @@
 //   signal <= kClimbBelow  after kRecent periods at the level, one level up, unless that level
 //                          was over the target when last there
 //   otherwise             stay
+// That signal cannot see a larger partition slow every request by a tenth or two: a period's
+// slowest request stays under a target set a few percent above the whole run's p99, which the
+// rare burst periods make. So a level entered from below is also over the target when the
+// requests' mean latency there (the median of its periods', from the clients' running mean)
+// exceeds the level below's by more than kSlowdown: HARLI's co-run model (co-located latency =
+// solo latency x a slowdown) measured as the slowdown itself.
 // A level left for going over the target is tried again only after a back-off: kBackoff periods,
 // doubled at each failure in a row up to kBackoffMax, reset once it holds for kRecent periods
 // (so a level wrongly blamed for a burst returns soon, one truly too large costs a period now
@@ -37,6 +43,7 @@ class PartitionController {
   static constexpr double kClimbBelow = 0.85;  // headroom before trying more SMs
   static constexpr int kRecent = 3;
   static constexpr int kBackoff = 5, kBackoffMax = 40;  // periods: 1 s and 8 s at the default period
+  static constexpr double kSlowdown = 0.08;  // a larger partition may slow the requests' mean this much
 
   // The training processes' partitions (ascending, 0-terminated, at most TANDEM_LIVE_PARTITIONS);
   // `fixed`: a level the operator chose (one of them, or 100), 0: the controller chooses.
@@ -44,9 +51,10 @@ class PartitionController {
   bool configure(const uint8_t* pcts, unsigned count, uint32_t fixed);
   bool configured() const { return levels_ > 1; }
 
-  // One control period in which level_pct() was in force, with latency over target `y`.
-  // `may_climb`: false while the duty cycle is below 1 (it comes back first).
-  void update(double y, bool may_climb = true);
+  // One control period in which level_pct() was in force, with latency over target `y` and
+  // the requests' mean latency `mean_ns` (0: unknown). `may_climb`: false while the duty cycle
+  // is below 1 (it comes back first).
+  void update(double y, double mean_ns = 0, bool may_climb = true);
   // The filtered latency over target the decisions use (see above).
   double signal() const;
   // A period without a measurement: nothing learned, back-offs run on.
@@ -64,13 +72,17 @@ class PartitionController {
  private:
   void tick();
   void enter(int level);
+  double median_of_recent(const double* v) const;
   uint32_t pct_[kMaxLevels] = {};
   double y_[kMaxLevels] = {};
   bool measured_[kMaxLevels] = {};
   int failures_[kMaxLevels] = {};     // times in a row it was left over the target
   int retry_after_[kMaxLevels] = {};  // periods before it may be tried again
   double recent_[kRecent] = {};       // the last periods at the level in force
+  double recent_mean_[kRecent] = {};  // their requests' mean latency
   int recent_count_ = 0;
+  double reference_mean_ = 0;         // the mean latency at the level below, when this one was entered from it
+  bool probing_ = false;              // entered from the level below (a larger partition tried)
   int levels_ = 0;
   int level_ = 0;
   bool fixed_ = false;

@@ -5,7 +5,8 @@
 namespace tandem::scheduler {
 
 uint64_t SloPolicy::inflight_bound_ns() const {
-  return static_cast<uint64_t>(controller_.duty() * static_cast<double>(p_.window_ns));
+  double window = static_cast<double>(p_.window_ns) * (live_ && controller_.duty() >= kSpatialGateDuty ? kLiveWindow : 1.0);
+  return static_cast<uint64_t>(controller_.duty() * window);
 }
 
 void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, const std::vector<FillerState>& best_effort,
@@ -19,7 +20,7 @@ void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, c
     control(now_ns, online);
     busy_fraction_ = ticks_ ? static_cast<double>(busy_ticks_) / static_cast<double>(ticks_) : 0;
     interval_started_ns_ = now_ns;
-    duty_sum_ = 0, ticks_ = 0, busy_ticks_ = 0;
+    duty_sum_ = 0, ticks_ = 0, busy_ticks_ = 0, mean_request_sum_ = 0;
     for (const OnlineClient& c : online)
       if (c.id >= 0 && c.id < kSlots) models_[c.id].requests_at_start = c.requests;
   } else {
@@ -32,6 +33,9 @@ void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, c
     open = open || c.requests_open > 0;
   }
   busy_ticks_ += open;
+  uint64_t request_ns = 0;  // the slowest client's running mean latency (its page's request_ns)
+  for (const OnlineClient& c : online) request_ns = std::max(request_ns, c.request_ns);
+  mean_request_sum_ += static_cast<double>(request_ns);
   // Live partitions: training stays gated while inference is active, for the in-flight bound
   // between requests (what a request's onset finds queued on every SM), but is not held during
   // requests while the partition holds the target (the duty cycle at least kSpatialGateDuty).
@@ -89,7 +93,8 @@ void SloPolicy::control(uint64_t now_ns, const std::vector<OnlineClient>& online
     // The partition first; the duty cycle only below the smallest one, on the partition's
     // filtered signal (and back up to 1 before the partition grows again).
     bool lowest = partition_.level() == 0;
-    partition_.update(worst_ratio, controller_.duty() >= 1.0);
+    partition_.update(worst_ratio, ticks_ ? mean_request_sum_ / static_cast<double>(ticks_) : 0,
+                      controller_.duty() >= 1.0);
     if (lowest && (partition_.below_lowest() || controller_.duty() < 1.0)) controller_.update(partition_.signal());
     else controller_.skip();
   }
