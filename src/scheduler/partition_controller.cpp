@@ -68,6 +68,9 @@ void PartitionController::update(double y, double mean_ns, bool may_climb) {
   recent_mean_[recent_count_ % kRecent] = mean_ns;
   ++recent_count_;
   double s = signal(), mean = median_of_recent(recent_mean_);
+  // One period decides only for a probe (a level entered from below): a level held, returned to
+  // or started at leaves on two of three, whatever its first period says (a burst, a start).
+  if (recent_count_ == 1 && !probing_) s = std::min(s, 1.0);
   // A larger partition that slows the requests themselves (HARLI's co-run latency: the solo one
   // times a slowdown) lifts every request's latency, the tail included, even while a period's
   // p99 of a few dozen requests stays under the target: as much a violation.

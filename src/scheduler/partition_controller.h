@@ -8,8 +8,8 @@
 // arrivals queue behind each other whatever training does (the same bursts lift a period to 2.5
 // times the target with training on a quarter of the SMs or not at all). So the decision signal
 // is the median of the last kRecent periods at the level in force (the lower of two, or the one,
-// right after arriving at it): one period over the target leaves a level just entered (a probe
-// retreats at once), two of three leave a level held longer. Then (HARLI: the partition whose
+// right after arriving at it): one period over the target leaves a level just entered from below
+// (a probe retreats at once), two of three leave any other. Then (HARLI: the partition whose
 // latency is closest under the target):
 //   signal > 1            one level down (below the lowest, the duty cycle takes over: below_lowest())
 //   signal <= kClimbBelow  after kRecent periods at the level, one level up, unless that level

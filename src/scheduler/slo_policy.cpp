@@ -95,7 +95,11 @@ void SloPolicy::control(uint64_t now_ns, const std::vector<OnlineClient>& online
     bool lowest = partition_.level() == 0;
     partition_.update(worst_ratio, ticks_ ? mean_request_sum_ / static_cast<double>(ticks_) : 0,
                       controller_.duty() >= 1.0);
-    if (lowest && (partition_.below_lowest() || controller_.duty() < 1.0)) controller_.update(partition_.signal());
+    // At most kLiveDutyInput: the signal a burst makes (2.5 x the target, whatever training
+    // does) must not cut the duty cycle to a third at once; a lasting violation still walks it
+    // down, 0.1 a period at the initial gain.
+    if (lowest && (partition_.below_lowest() || controller_.duty() < 1.0))
+      controller_.update(std::min(partition_.signal(), kLiveDutyInput));
     else controller_.skip();
   }
   if (history_.size() == kHistory) history_.pop_front();

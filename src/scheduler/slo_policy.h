@@ -136,6 +136,7 @@ class SloPolicy {
   // cost to its latency as the window under time slicing takes about three windows of work
   // (measured, fixed 50% partition: a 2 ms bound gave p99 0.92x with training 0.75, 0.5 ms 0.67).
   static constexpr double kLiveWindow = 3.0;
+  static constexpr double kLiveDutyInput = 1.2;
   struct ClientModel {
     LatencyModel model;
     uint32_t generation = 0;
