@@ -25,8 +25,8 @@ bool PartitionController::configure(const uint8_t* pcts, unsigned count, uint32_
   if (n != levels_ || !std::equal(levels, levels + n, pct_)) {  // new levels: nothing known of them
     std::copy(levels, levels + n, pct_);
     levels_ = n;
-    for (int i = 0; i < kMaxLevels; ++i) y_[i] = 0, measured_[i] = false, failures_[i] = 0, retry_after_[i] = 0;
-    enter((levels_ - 2) / 2);  // the middle partition, or just below it
+    for (int i = 0; i < kMaxLevels; ++i) y_[i] = 0, mean_[i] = 0, measured_[i] = false, failures_[i] = 0, retry_after_[i] = 0;
+    enter(0);  // the smallest: each larger one is then judged against the one below
     below_lowest_ = false;
   }
   fixed_ = false;
@@ -41,13 +41,18 @@ void PartitionController::enter(int level) {
   recent_count_ = 0;
 }
 
-double PartitionController::median_of_recent(const double* v) const {
-  int n = std::min(recent_count_, kRecent);
-  if (n == 1) return v[0];
-  if (n == 2) return std::min(v[0], v[1]);
-  double sorted[kRecent] = {v[0], v[1], v[2]};
-  std::sort(sorted, sorted + kRecent);
-  return sorted[1];
+double PartitionController::median_of_recent(const double* v, int at_least) const {
+  // Of the values known (> 0) among the last kRecent periods at the level: the one, the lower of
+  // two, the median of three (0 with fewer than `at_least`).
+  double known[kRecent];
+  int n = 0;
+  for (int i = 0; i < std::min(recent_count_, kRecent); ++i)
+    if (v[i] > 0) known[n++] = v[i];
+  if (n == 0 || n < at_least) return 0;
+  if (n == 1) return known[0];
+  if (n == 2) return std::min(known[0], known[1]);
+  std::sort(known, known + kRecent);
+  return known[1];
 }
 
 void PartitionController::tick() {
@@ -65,28 +70,33 @@ void PartitionController::update(double y, double mean_ns, bool may_climb) {
   y_[level_] = measured_[level_] ? 0.5 * y_[level_] + 0.5 * y : y;
   measured_[level_] = true;
   recent_[recent_count_ % kRecent] = y;
-  recent_mean_[recent_count_ % kRecent] = mean_ns;
+  // The clients' running mean still carries the previous level's requests in the first period
+  // at a level: only later ones count.
+  recent_mean_[recent_count_ % kRecent] = recent_count_ ? mean_ns : 0;
   ++recent_count_;
-  double s = signal(), mean = median_of_recent(recent_mean_);
+  double s = signal(), mean = median_of_recent(recent_mean_, 2);
   // One period decides only for a probe (a level entered from below): a level held, returned to
   // or started at leaves on two of three, whatever its first period says (a burst, a start).
   if (recent_count_ == 1 && !probing_) s = std::min(s, 1.0);
-  // A larger partition that slows the requests themselves (HARLI's co-run latency: the solo one
-  // times a slowdown) lifts every request's latency, the tail included, even while a period's
-  // p99 of a few dozen requests stays under the target: as much a violation.
-  if (probing_ && reference_mean_ > 0 && mean > reference_mean_ * (1.0 + kSlowdown)) s = std::max(s, 1.0 + kSlowdown);
+  // The slowdown of the requests over the level below (0: unknown): HARLI's co-run latency is
+  // the solo one times a slowdown; measured here as that slowdown, it says whether training's
+  // SMs are what lifts the latency.
+  double slowdown = level_ > 0 && mean_[level_ - 1] > 0 && mean > 0 ? mean / mean_[level_ - 1] : 0;
+  if (mean > 0) mean_[level_] = mean;
+  bool slows = slowdown > 1.0 + kSlowdown;
   below_lowest_ = level_ == 0 && s > 1.0;
-  if (recent_count_ >= kRecent && s <= 1.0) failures_[level_] = 0;  // it holds
+  if (recent_count_ >= kRecent && s <= 1.0 && !slows) failures_[level_] = 0;  // it holds
   if (fixed_) return;
-  if (s > 1.0) {
-    if (level_ > 0) {
-      int n = failures_[level_] < 4 ? failures_[level_]++ : 3;
-      retry_after_[level_] = kBackoff << n < kBackoffMax ? kBackoff << n : kBackoffMax;
-      enter(level_ - 1);
-    }
-  } else if (may_climb && s <= kClimbBelow && level_ + 1 < levels_ && recent_count_ >= kRecent &&
+  // Down when the partition slows the requests, or when they are over the target and it may be
+  // why (a slowdown not known); over the target at the level below's speed is inference's own
+  // tail (its bursts), which fewer SMs for training would not shorten.
+  bool blamed = s > 1.0 && (slowdown == 0 || slowdown > 1.0 + kSlowdown / 2);
+  if (level_ > 0 && (slows || blamed)) {
+    int n = failures_[level_] < 4 ? failures_[level_]++ : 3;
+    retry_after_[level_] = kBackoff << n < kBackoffMax ? kBackoff << n : kBackoffMax;
+    enter(level_ - 1);
+  } else if (may_climb && s <= (mean > 0 ? 1.0 : kClimbBelow) && level_ + 1 < levels_ && recent_count_ >= kRecent &&
              retry_after_[level_ + 1] == 0) {
-    reference_mean_ = mean;  // what the requests took here, to compare the next level with
     enter(level_ + 1);
   }
 }

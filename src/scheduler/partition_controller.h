@@ -11,21 +11,29 @@
 // right after arriving at it): one period over the target leaves a level just entered from below
 // (a probe retreats at once), two of three leave any other. Then (HARLI: the partition whose
 // latency is closest under the target):
-//   signal > 1            one level down (below the lowest, the duty cycle takes over: below_lowest())
+//   signal > 1            one level down (below the lowest, the duty cycle takes over:
+//                         below_lowest()), but see the slowdown below
 //   signal <= kClimbBelow  after kRecent periods at the level, one level up, unless that level
-//                          was over the target when last there
+//                          failed when last there
 //   otherwise             stay
-// That signal cannot see a larger partition slow every request by a tenth or two: a period's
-// slowest request stays under a target set a few percent above the whole run's p99, which the
-// rare burst periods make. So a level entered from below is also over the target when the
-// requests' mean latency there (the median of its periods', from the clients' running mean)
-// exceeds the level below's by more than kSlowdown: HARLI's co-run model (co-located latency =
-// solo latency x a slowdown) measured as the slowdown itself.
+// That signal cannot tell training's doing from inference's own tail, nor see a larger
+// partition slow every request by a tenth or two while each period's slowest request stays
+// under a target set a few percent above the whole run's p99 (which the rare burst periods
+// set). So the controller also keeps, per level, the requests' mean latency there (the lower of
+// two periods' or the median of three, from the clients' running mean `request_ns`; not the
+// first period at a level, whose running mean still holds the level before), and judges a level by its
+// slowdown over the level below: HARLI's co-run model (co-located latency = solo latency x a
+// slowdown), measured as the slowdown. A level is left when it slows the requests by more than
+// kSlowdown, or when the signal is over the target and the slowdown is unknown or more than
+// half that; over the target at the level below's speed is inference's own tail, which fewer
+// SMs for training would not shorten, and the level stays. With the mean known a level is tried
+// once the one below holds the target (the slowdown guards the step); without it, once it is
+// at most kClimbBelow of it.
 // A level left for going over the target is tried again only after a back-off: kBackoff periods,
 // doubled at each failure in a row up to kBackoffMax, reset once it holds for kRecent periods
-// (so a level wrongly blamed for a burst returns soon, one truly too large costs a period now
-// and then). A fixed level (the operator's choice) never moves. Starts at the middle partition
-// (or just below): neither all of the GPU to training at a request's onset, nor the least.
+// (so a level wrongly blamed for a burst returns soon, one truly too large costs a period or
+// two now and then). A fixed level (the operator's choice) never moves. Starts at the smallest
+// partition, so that every larger one is judged against the one below.
 #pragma once
 #include <cstdint>
 
@@ -40,7 +48,7 @@ unsigned live_levels(uint32_t training_flags, uint8_t out[TANDEM_LIVE_PARTITIONS
 class PartitionController {
  public:
   static constexpr int kMaxLevels = TANDEM_LIVE_PARTITIONS + 1;
-  static constexpr double kClimbBelow = 0.85;  // headroom before trying more SMs
+  static constexpr double kClimbBelow = 0.85;  // headroom before trying more SMs, without the requests' mean
   static constexpr int kRecent = 3;
   static constexpr int kBackoff = 5, kBackoffMax = 40;  // periods: 1 s and 8 s at the default period
   static constexpr double kSlowdown = 0.08;  // a larger partition may slow the requests' mean this much
@@ -72,7 +80,7 @@ class PartitionController {
  private:
   void tick();
   void enter(int level);
-  double median_of_recent(const double* v) const;
+  double median_of_recent(const double* v, int at_least = 1) const;
   uint32_t pct_[kMaxLevels] = {};
   double y_[kMaxLevels] = {};
   bool measured_[kMaxLevels] = {};
@@ -81,7 +89,7 @@ class PartitionController {
   double recent_[kRecent] = {};       // the last periods at the level in force
   double recent_mean_[kRecent] = {};  // their requests' mean latency
   int recent_count_ = 0;
-  double reference_mean_ = 0;         // the mean latency at the level below, when this one was entered from it
+  double mean_[kMaxLevels] = {};      // the requests' mean latency when last at the level (0: unknown)
   bool probing_ = false;              // entered from the level below (a larger partition tried)
   int levels_ = 0;
   int level_ = 0;
