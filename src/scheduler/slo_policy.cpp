@@ -5,8 +5,8 @@
 namespace tandem::scheduler {
 
 uint64_t SloPolicy::inflight_bound_ns() const {
-  double window = static_cast<double>(p_.window_ns) * (live_ && controller_.duty() >= kSpatialGateDuty ? kLiveWindow : 1.0);
-  return static_cast<uint64_t>(controller_.duty() * window);
+  double factor = live_ && controller_.duty() >= kSpatialGateDuty ? kLiveWindow : unheld_ ? kBusyWindow : 1.0;
+  return static_cast<uint64_t>(controller_.duty() * static_cast<double>(p_.window_ns) * factor);
 }
 
 void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, const std::vector<FillerState>& best_effort,
@@ -19,6 +19,10 @@ void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, c
   if (now_ns - interval_started_ns_ >= p_.control_period_ns) {
     control(now_ns, online);
     busy_fraction_ = ticks_ ? static_cast<double>(busy_ticks_) / static_cast<double>(ticks_) : 0;
+    // Busy for kBusyPeriods periods in a row: a Poisson burst fills one period now and then,
+    // a server with requests back to back fills them all.
+    std::copy(busy_recent_ + 1, busy_recent_ + kBusyPeriods, busy_recent_);
+    busy_recent_[kBusyPeriods - 1] = busy_fraction_;
     interval_started_ns_ = now_ns;
     duty_sum_ = 0, ticks_ = 0, busy_ticks_ = 0, mean_request_sum_ = 0;
     for (const OnlineClient& c : online)
@@ -43,7 +47,8 @@ void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, c
   bool partitioned = live_ && controller_.duty() >= kSpatialGateDuty;
   // Holding training during every request would leave it 1 - busy of the time: lifted when
   // that is below both its duty cycle and kBusyHold's complement.
-  unheld_ = gating_ && (partitioned || busy_fraction_ > std::max(kBusyHold, 1.0 - controller_.duty()));
+  double busy = *std::min_element(busy_recent_, busy_recent_ + kBusyPeriods);
+  unheld_ = gating_ && (partitioned || busy > std::max(kBusyHold, 1.0 - controller_.duty()));
   duty_sum_ += gating_ ? controller_.duty() : 1.0;  // ungated, training has the whole GPU it can get
   ++ticks_;
   if (best_effort.empty() || !gating_) return;
