@@ -45,6 +45,14 @@
 /* tandem_client_page.training_flags */
 #define TANDEM_TRAINING_COLLECTIVES_HELD 1u /* every rank of its job is on this node (TANDEM_JOB_LOCAL): its
                                                collectives are held (with its peers', by tandemd, when it is one of several processes) */
+#define TANDEM_TRAINING_MPS 2u /* its context is an MPS client (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): processes run side by side */
+/* Live SM partitions (policy slo under MPS, docs/slo.md): the levels a training process may hold
+   as green contexts, in percent of the GPU's SMs (rounded down to the GPU's granularity), and the
+   training_flags bit that says it holds level i, ready for tandem_slot.live_partition. */
+#define TANDEM_LIVE_PARTITIONS 4u
+#define TANDEM_LIVE_LEVELS {25, 50, 70, 85}
+#define TANDEM_TRAINING_LIVE(i) (1u << (8u + (i)))
+#define TANDEM_TRAINING_LIVE_MASK (0xfu << 8u)
 
 /* Gate modes, set by the daemon. */
 #define TANDEM_GATE_OPEN 0u   /* launches pass: not gated, or failed open */
@@ -83,7 +91,14 @@ struct tandem_slot {
      (n = 1, 2, ...) only while n < collectives_allowed; 0: no limit. tandemd gives every rank
      of the job the same value, so no rank waits inside a collective for a peer held here. */
   uint64_t collectives_allowed;
-  uint8_t reserved[32];
+  /* Policy slo, live SM partitioning (docs/slo.md): while nonzero, this training process's
+     launches go to its green-context streams holding this percentage of the GPU's SMs (one of
+     the TANDEM_LIVE_LEVELS its page's training_flags say it holds); 0: to its own streams, on
+     every SM. tandemd sets it only while
+     an online request runs. Added in the reserved bytes (zero in an older daemon), layout
+     version unchanged. */
+  uint32_t live_partition;
+  uint8_t reserved[28];
 };
 
 /* What one client writes: its own page, separate from the GPU's segment. */
@@ -152,7 +167,11 @@ struct tandem_shm_header {
   uint32_t request_seq;         /* futex word: incremented (and woken) by the daemon when it sees an
                                    online request end (a slot's requests_open fall) */
   uint32_t training_duty_ppm;   /* slo policy: training's duty cycle, parts per million */
-  uint8_t reserved[32];
+  uint32_t requests_unheld;     /* slo policy: 1 while gated launches need not wait for open online
+                                   requests (a busy server, requests back to back: holding would leave
+                                   training less than its duty cycle); they are still bounded by their
+                                   tokens and in-flight window. 0 (and in an older daemon): they wait. */
+  uint8_t reserved[28];
   struct tandem_slot slots[TANDEM_MAX_SLOTS];
 };
 

@@ -1,5 +1,6 @@
 // Hooks of the capture family: keep g_open_captures right so launches can skip the query.
 #include "capture_state.h"
+#include "green_streams.h"
 #include "hooks.h"
 #include "real_driver.h"
 
@@ -35,26 +36,33 @@ CUresult end_capture(CUstream s, bool per_thread_stream, Call&& call) noexcept {
 
 }  // namespace
 
+// A capture begins on the stream itself: its work is brought back from a green stream first.
 CUresult hook_cuStreamBeginCapture(CUstream s) noexcept {
+  green_home(s, false);
   return began(g_real.cuStreamBeginCapture(s));
 }
 CUresult hook_cuStreamBeginCapture_ptsz(CUstream s) noexcept {
+  green_home(s, true);
   return began(g_real.cuStreamBeginCapture_ptsz(s));
 }
 CUresult hook_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) noexcept {
+  green_home(s, false);
   return began(g_real.cuStreamBeginCapture_v2(s, mode));
 }
 CUresult hook_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) noexcept {
+  green_home(s, true);
   return began(g_real.cuStreamBeginCapture_v2_ptsz(s, mode));
 }
 CUresult hook_cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode* deps,
                                           const CUgraphEdgeData* edges, size_t n,
                                           CUstreamCaptureMode mode) noexcept {
+  green_home(s, false);
   return began(g_real.cuStreamBeginCaptureToGraph(s, g, deps, edges, n, mode));
 }
 CUresult hook_cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* deps,
                                                const CUgraphEdgeData* edges, size_t n,
                                                CUstreamCaptureMode mode) noexcept {
+  green_home(s, true);
   return began(g_real.cuStreamBeginCaptureToGraph_ptsz(s, g, deps, edges, n, mode));
 }
 CUresult hook_cuStreamEndCapture(CUstream s, CUgraph* graph) noexcept {

@@ -17,6 +17,8 @@ bool g_job_local = false;
 // a request open for more than 4 times its target is taken for a stuck client and ignored.
 bool online_request_open(const tandem_shm_header* shm, uint64_t now) noexcept {
   if (__atomic_load_n(&shm->policy, __ATOMIC_ACQUIRE) != TANDEM_POLICY_SLO) return false;
+  // A busy server (requests back to back): tandemd lets training run beside them, bounded.
+  if (__atomic_load_n(&shm->requests_unheld, __ATOMIC_ACQUIRE)) return false;
   uint64_t mask = __atomic_load_n(&shm->inference_slots, __ATOMIC_ACQUIRE);
   for (; mask; mask &= mask - 1) {
     const tandem_slot& s = shm->slots[__builtin_ctzll(mask)];

@@ -6,6 +6,7 @@
 #include "capture_state.h"
 #include "counters.h"
 #include "gate.h"
+#include "green_streams.h"
 #include "job_ranks.h"
 #include "kernel_cost.h"
 #include "progress.h"
@@ -62,7 +63,7 @@ inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, 
     request_launch();
   } else if (g_role == TANDEM_ROLE_TRAINING && kind == KernelKind::nccl &&
              g_notes.work_since_marker.load(std::memory_order_relaxed)) {
-    record_marker_now(s, per_thread);
+    record_marker_now(green_op_stream(s, per_thread), per_thread);  // where the stream's work is
   }
 }
 
@@ -89,7 +90,7 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
   LaunchCounters& c = launch_counters();
   if (stream_is_capturing(s, per_thread_stream)) {
     count(c.capture_skipped);
-    return call();
+    return call(s);
   }
   KernelKind kind = kernel_kind(f);
   bool managed = g_role != TANDEM_ROLE_NONE;
@@ -105,10 +106,12 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
     }
     before_managed_launch(kind, s, per_thread_stream, gated, cost);
     if (kind == KernelKind::nccl && g_job_grouped) collective_take();
+    // Training while a request runs: to a green context's stream (green_streams.h).
+    s = green_launch_stream(s, per_thread_stream, kind != KernelKind::nccl);
     // After the gate: the timing starts when the kernel may run, not while it waits for tokens.
     if (gated) sample = cost_sample_begin(key, d.threads(), s, per_thread_stream);
   }
-  CUresult r = call();
+  CUresult r = call(s);
   cost_sample_end(sample, s, per_thread_stream, r == CUDA_SUCCESS);
   if (__builtin_expect(r == CUDA_SUCCESS, 1)) {
     count(c.by_entry[static_cast<size_t>(entry)]);
@@ -137,7 +140,7 @@ inline CUresult launch_graph(Entry entry, CUgraphExec exec, CUstream s, bool per
   LaunchCounters& c = launch_counters();
   if (stream_is_capturing(s, per_thread_stream)) {
     count(c.capture_skipped);
-    return call();
+    return call(s);
   }
   uint64_t nodes = graph_exec_kernels().find(reinterpret_cast<uintptr_t>(exec));
   if (nodes == HandleMap::kAbsent) nodes = 0;  // instantiated before tandem saw it
@@ -155,9 +158,12 @@ inline CUresult launch_graph(Entry entry, CUgraphExec exec, CUstream s, bool per
       if (!cost) cost = std::max<uint64_t>(kernels, 1) * g_last_cost_ns.load(std::memory_order_relaxed);
     }
     before_managed_launch(KernelKind::compute, s, per_thread_stream, gated, cost);
+    // Whole, to where its stream's work is: a graph's kernels run in the context they were
+    // captured in, so a green stream would not confine them (green_streams.h).
+    s = green_launch_stream(s, per_thread_stream, false);
     if (gated) sample = cost_sample_begin(key, 0, s, per_thread_stream);
   }
-  CUresult r = call();
+  CUresult r = call(s);
   cost_sample_end(sample, s, per_thread_stream, r == CUDA_SUCCESS);
   if (r == CUDA_SUCCESS) {
     if (managed && kernels > nccl) after_managed_launch(KernelKind::compute, s, per_thread_stream, kernels - nccl);
@@ -181,16 +187,16 @@ Dims ex_dims(const CUlaunchConfig* c) noexcept {
 CUresult hook_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                              unsigned by, unsigned bz, unsigned smem, CUstream s, void** params,
                              void** extra) noexcept {
-  return launch_kernel(Entry::cuLaunchKernel, f, s, false, Dims{gx, gy, gz, bx, by, bz}, [&] {
-    return g_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
+  return launch_kernel(Entry::cuLaunchKernel, f, s, false, Dims{gx, gy, gz, bx, by, bz}, [&](CUstream st) {
+    return g_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, st, params, extra);
   });
 }
 
 CUresult hook_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                   unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                   CUstream s, void** params, void** extra) noexcept {
-  return launch_kernel(Entry::cuLaunchKernel_ptsz, f, s, true, Dims{gx, gy, gz, bx, by, bz}, [&] {
-    return g_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
+  return launch_kernel(Entry::cuLaunchKernel_ptsz, f, s, true, Dims{gx, gy, gz, bx, by, bz}, [&](CUstream st) {
+    return g_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, smem, st, params, extra);
   });
 }
 
@@ -199,40 +205,46 @@ CUresult hook_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void*
                                void** extra) noexcept {
   CUstream s = config ? config->hStream : nullptr;
   return launch_kernel(Entry::cuLaunchKernelEx, f, s, false, ex_dims(config),
-                       [&] { return g_real.cuLaunchKernelEx(config, f, params, extra); });
+                       [&](CUstream st) {
+                         CUlaunchConfig copy;
+                         return g_real.cuLaunchKernelEx(with_stream(config, st, copy), f, params, extra);
+                       });
 }
 
 CUresult hook_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
                                     void** extra) noexcept {
   CUstream s = config ? config->hStream : nullptr;
   return launch_kernel(Entry::cuLaunchKernelEx_ptsz, f, s, true, ex_dims(config),
-                       [&] { return g_real.cuLaunchKernelEx_ptsz(config, f, params, extra); });
+                       [&](CUstream st) {
+                         CUlaunchConfig copy;
+                         return g_real.cuLaunchKernelEx_ptsz(with_stream(config, st, copy), f, params, extra);
+                       });
 }
 
 CUresult hook_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                         unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                         CUstream s, void** params) noexcept {
-  return launch_kernel(Entry::cuLaunchCooperativeKernel, f, s, false, Dims{gx, gy, gz, bx, by, bz}, [&] {
-    return g_real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, smem, s, params);
+  return launch_kernel(Entry::cuLaunchCooperativeKernel, f, s, false, Dims{gx, gy, gz, bx, by, bz}, [&](CUstream st) {
+    return g_real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, smem, st, params);
   });
 }
 
 CUresult hook_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                              unsigned bx, unsigned by, unsigned bz,
                                              unsigned smem, CUstream s, void** params) noexcept {
-  return launch_kernel(Entry::cuLaunchCooperativeKernel_ptsz, f, s, true, Dims{gx, gy, gz, bx, by, bz}, [&] {
-    return g_real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, smem, s, params);
+  return launch_kernel(Entry::cuLaunchCooperativeKernel_ptsz, f, s, true, Dims{gx, gy, gz, bx, by, bz}, [&](CUstream st) {
+    return g_real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, smem, st, params);
   });
 }
 
 CUresult hook_cuGraphLaunch(CUgraphExec exec, CUstream s) noexcept {
   return launch_graph(Entry::cuGraphLaunch, exec, s, false,
-                      [&] { return g_real.cuGraphLaunch(exec, s); });
+                      [&](CUstream st) { return g_real.cuGraphLaunch(exec, st); });
 }
 
 CUresult hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) noexcept {
   return launch_graph(Entry::cuGraphLaunch_ptsz, exec, s, true,
-                      [&] { return g_real.cuGraphLaunch_ptsz(exec, s); });
+                      [&](CUstream st) { return g_real.cuGraphLaunch_ptsz(exec, st); });
 }
 
 }  // namespace tandem::hook

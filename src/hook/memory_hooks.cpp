@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "counters.h"
+#include "green_streams.h"
 #include "hooks.h"
 #include "log.h"
 #include "memory_quota.h"
@@ -159,33 +160,41 @@ CUresult hook_cuMemFree_v2(CUdeviceptr dptr) noexcept {
   return freed(g_real.cuMemFree_v2(dptr), dptr);
 }
 
+// Stream-ordered: on the stream where `s`'s work is (a training stream's may be on a green
+// context's stream, green_streams.h).
 CUresult hook_cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream s) noexcept {
+  s = green_op_stream(s, false);
   if (size && pooled(s, false)) return pool_alloc(dptr, size);
   return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocAsync(dptr, size, s); });
 }
 
 CUresult hook_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream s) noexcept {
+  s = green_op_stream(s, true);
   if (size && pooled(s, true)) return pool_alloc(dptr, size);
   return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocAsync_ptsz(dptr, size, s); });
 }
 
 CUresult hook_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                       CUstream s) noexcept {
+  s = green_op_stream(s, false);
   return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocFromPoolAsync(dptr, size, pool, s); });
 }
 
 CUresult hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                            CUstream s) noexcept {
+  s = green_op_stream(s, true);
   return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocFromPoolAsync_ptsz(dptr, size, pool, s); });
 }
 
 CUresult hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream s) noexcept {
+  s = green_op_stream(s, false);
   CUresult r;
   if (pool_release(dptr, true, s, false, r)) return r;
   return freed(g_real.cuMemFreeAsync(dptr, s), dptr);
 }
 
 CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) noexcept {
+  s = green_op_stream(s, true);
   CUresult r;
   if (pool_release(dptr, true, s, true, r)) return r;
   return freed(g_real.cuMemFreeAsync_ptsz(dptr, s), dptr);

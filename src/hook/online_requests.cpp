@@ -7,6 +7,7 @@
 
 #include "daemon_link.h"
 #include "futex.h"
+#include "green_streams.h"
 #include "hooks.h"
 #include "progress.h"
 #include "real_driver.h"
@@ -193,9 +194,12 @@ inline CUresult synchronized(CUresult r) noexcept {
 }
 }  // namespace
 
-CUresult hook_cuStreamSynchronize(CUstream s) noexcept { return synchronized(g_real.cuStreamSynchronize(s)); }
+// A training stream whose work went to a green stream is synchronized there (green_streams.h).
+CUresult hook_cuStreamSynchronize(CUstream s) noexcept {
+  return synchronized(g_real.cuStreamSynchronize(green_op_stream(s, false)));
+}
 CUresult hook_cuStreamSynchronize_ptsz(CUstream s) noexcept {
-  return synchronized(g_real.cuStreamSynchronize_ptsz(s));
+  return synchronized(g_real.cuStreamSynchronize_ptsz(green_op_stream(s, true)));
 }
 CUresult hook_cuCtxSynchronize() noexcept { return synchronized(g_real.cuCtxSynchronize()); }
 CUresult hook_cuEventSynchronize(CUevent e) noexcept { return synchronized(g_real.cuEventSynchronize(e)); }

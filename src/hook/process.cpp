@@ -13,6 +13,7 @@
 #include "progress.h"
 #include "daemon_link.h"
 #include "gate.h"
+#include "green_streams.h"
 #include "job_ranks.h"
 #include "log.h"
 #include "online_requests.h"
@@ -56,6 +57,7 @@ void after_fork_child() noexcept {
   daemon_link_after_fork_child();
   pool_after_fork_child();
   stream_registry_after_fork_child();
+  green_after_fork_child();
   online_requests_after_fork_child();
   g_used_cuda.store(false);
   g_phase.store(static_cast<int>(ProcessPhase::forked_child), std::memory_order_release);

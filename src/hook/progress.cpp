@@ -12,6 +12,8 @@
 #include "counters.h"
 #include "futex.h"
 #include "gate.h"
+#include "green_partitions.h"
+#include "green_streams.h"
 #include "job_ranks.h"
 #include "kernel_cost.h"
 #include "log.h"
@@ -131,6 +133,7 @@ void* progress_main(void*) {
   while (!(ctx = g_notes.context.load(std::memory_order_acquire))) sleep_ns(std::min<uint64_t>(period, 10000000));
   g_real.cuCtxSetCurrent(ctx);
   g_real.cuThreadExchangeStreamCaptureMode(&relaxed);
+  prepare_green_partitions();  // training: its live SM partitions, where the driver has green contexts
   unsigned char uuid[16] = {};
   CUdevice dev = 0;
   CUuuid u{};
@@ -162,7 +165,8 @@ void* progress_main(void*) {
       __atomic_store_n(&page->quota_refusals, mem.quota_refusals.load(std::memory_order_relaxed), __ATOMIC_RELAXED);
       __atomic_store_n(&page->quota_bytes, memory_quota(), __ATOMIC_RELAXED);
       publish_sm_share(page);
-      __atomic_store_n(&page->training_flags, g_job_local || g_job_grouped ? TANDEM_TRAINING_COLLECTIVES_HELD : 0u,
+      __atomic_store_n(&page->training_flags,
+                       (g_job_local || g_job_grouped ? TANDEM_TRAINING_COLLECTIVES_HELD : 0u) | green_training_flags(),
                        __ATOMIC_RELAXED);
       // Also those counted before the registration (the launch publishes the rest at once).
       publish_collectives(page, g_collectives_launched.load(std::memory_order_relaxed));

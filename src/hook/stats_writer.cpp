@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "counters.h"
+#include "green_streams.h"
 #include "log.h"
 #include "memory_quota.h"
 #include "pool_backend.h"
@@ -72,6 +73,10 @@ std::string stats_json(const char* role) {
         {"collective_hold_ns", gate_counters().collective_hold_ns.load()}}},
       {"daemon", {{"links", gate_counters().daemon_links.load()}}},
   };
+  GreenStats g = green_stats();
+  if (g.partitions || g.streams || g.untracked)  // live SM partitions (green_streams.h)
+    j["green"] = {{"partitions", g.partitions}, {"redirected", g.redirected}, {"switches", g.switches}, {"switch_ns", g.switch_ns},
+                  {"streams", g.streams}, {"live_streams", g.live_streams}, {"untracked", g.untracked}};
   PoolFigures f = pool_figures();
   if (f.on) {
     const memory::PoolStats& p = f.pool;

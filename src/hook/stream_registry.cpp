@@ -3,6 +3,7 @@
 #include <mutex>
 #include <new>
 
+#include "green_streams.h"
 #include "hooks.h"
 #include "real_driver.h"
 
@@ -81,6 +82,7 @@ CUresult hook_cuGreenCtxStreamCreate(CUstream* s, CUgreenCtx g, unsigned int fla
 // Forgotten first: a stream created later may get the same handle.
 CUresult hook_cuStreamDestroy_v2(CUstream s) noexcept {
   note_stream_destroyed(s);
+  green_stream_destroyed(s);  // and its green streams
   return g_real.cuStreamDestroy_v2(s);
 }
 
@@ -90,6 +92,7 @@ CUresult hook_cuStreamDestroy_v2(CUstream s) noexcept {
 // work), and after kMaxTrackedStreams such streams the table full for good.
 CUresult hook_cuStreamDestroy(CUstream s) noexcept {
   note_stream_destroyed(s);
+  green_stream_destroyed(s);
   return g_real.cuStreamDestroy(s);
 }
 

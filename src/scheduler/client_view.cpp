@@ -88,7 +88,8 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
   v.gate_want_us = b.at_most(raw.gate_want_us, static_cast<uint32_t>(B::kMaxDurationNs / 1000), "gate_want_us");
   v.device_sms = b.at_most(raw.device_sms, B::kMaxSms, "device_sms");
   v.sm_count = b.at_most(raw.sm_count, v.device_sms, "sm_count");
-  v.training_flags = raw.training_flags & TANDEM_TRAINING_COLLECTIVES_HELD;  // unknown bits mean nothing
+  // Unknown bits mean nothing; any set of live partitions is one a process may hold.
+  v.training_flags = raw.training_flags & (TANDEM_TRAINING_COLLECTIVES_HELD | TANDEM_TRAINING_MPS | TANDEM_TRAINING_LIVE_MASK);
   // A latency for an interval that has not begun is no measurement: the last one stands.
   if (raw.latency_seq > control_seq) {
     b.flag("latency_seq");

@@ -75,6 +75,19 @@ void GpuScheduler::set_gates(tandem_shm_header* shm, const std::vector<FillerSta
   }
 }
 
+void GpuScheduler::publish_live_partition(tandem_shm_header* shm, bool slo_training, uint64_t now_ns) {
+  // A request stuck open for 4 times its target is a stuck client's, as for the gate.
+  bool open = std::any_of(online_.begin(), online_.end(), [&](const OnlineClient& o) {
+    return o.requests_open && now_ns < o.activity_ns + 4 * o.slo_ns;
+  });
+  uint32_t pct = slo_training && open && slo_.requests_unheld() ? slo_.partition_pct() : 0;
+  for (const FillerState& f : training_) {
+    __atomic_store_n(&shm->slots[f.id].live_partition, pct, __ATOMIC_RELEASE);
+    // On its partition, training's queued work cannot slow the request: no in-flight bound.
+    if (pct) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, 0, __ATOMIC_RELEASE);
+  }
+}
+
 void GpuScheduler::set_inflight_bounds(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint64_t ns) {
   for (const FillerState& f : clients) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, ns, __ATOMIC_RELEASE);
 }
@@ -100,6 +113,9 @@ void GpuScheduler::tick(uint64_t now_ns) {
   uint64_t inference_slots = 0;
   uint64_t others_work = 0;  // GPU work the non-training clients completed since the last tick
   bool spatial = true;  // every training client's context limited to part of the SMs (MPS)
+  bool live = true;     // every training client an MPS client holding the same live partitions
+  uint32_t live_mask = 0;
+  uint8_t live_pcts[TANDEM_LIVE_PARTITIONS] = {};
   bool held = true;     // every training client's collectives may be held
   uint64_t slowest_request = 0, tightest_target = 0;
   fillers_.clear();
@@ -113,6 +129,9 @@ void GpuScheduler::tick(uint64_t now_ns) {
     if (s.role == TANDEM_ROLE_TRAINING) {
       training_.push_back(gated_state(static_cast<int>(i), s, c));
       spatial = spatial && c.v.sm_count > 0 && c.v.sm_count < c.v.device_sms;
+      uint32_t mask = c.v.training_flags & TANDEM_TRAINING_LIVE_MASK;
+      live = live && (c.v.training_flags & TANDEM_TRAINING_MPS) && mask && (!live_mask || mask == live_mask);
+      live_mask = mask;
       held = held && (c.v.training_flags & TANDEM_TRAINING_COLLECTIVES_HELD);
       sample.launches += c.v.launches;
       sample.markers_recorded += c.v.markers_recorded;
@@ -149,7 +168,8 @@ void GpuScheduler::tick(uint64_t now_ns) {
   // inference is active, at the controller's duty cycle.
   if (slo) {
     std::vector<FillerState>& best_effort = training ? training_ : fillers_;
-    slo_.step(now_ns, online_, best_effort, grants_, training && spatial);
+    if (training && live) live_levels(live_mask, live_pcts);
+    slo_.step(now_ns, online_, best_effort, grants_, training && spatial, training && live ? live_pcts : nullptr);
     __atomic_store_n(&shm->control_seq, slo_.control_seq(), __ATOMIC_RELEASE);
     __atomic_store_n(&shm->training_duty_ppm, static_cast<uint32_t>(slo_.duty() * 1e6), __ATOMIC_RELAXED);
     set_gates(shm, best_effort, slo_.gating() ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
@@ -167,8 +187,11 @@ void GpuScheduler::tick(uint64_t now_ns) {
                       slo_.duty() * 100);
     slo_saturated_warned_ = slo_.controller().saturated();
     policy_.limit_inflight(slo_.gating() ? slo_.inflight_bound_ns() : UINT64_MAX);
+    __atomic_store_n(&shm->requests_unheld, slo_.requests_unheld() ? 1u : 0u, __ATOMIC_RELEASE);
   }
-  holds_.decided(slo && slo_.gating(), slo && slo_.gating() && holding, slo_.duty());
+  // Unheld (a busy server), requests let training run at its duty cycle: not a hold.
+  holds_.decided(slo && slo_.gating(), slo && slo_.gating() && holding && !slo_.requests_unheld(), slo_.duty());
+  publish_live_partition(shm, slo && training, now_ns);
   request_running_ = slo && training && slo_.gating() && holding;
 
   // Without a training job there is nothing to protect: fillers run ungated (unless the slo
@@ -378,7 +401,7 @@ GpuScheduler::SloFloor GpuScheduler::slo_floor() const {
   if (training_.empty()) return f;
   f.inflight_ns = static_cast<uint64_t>(params_.slo.controller.min_duty * static_cast<double>(params_.slo.window_ns));
   // Under an MPS SM split a collective (a few SMs) runs beside inference, not before it.
-  if (!collectives_held_ && !slo_.spatial()) f.collective_ns = longest_collective_ns();
+  if (!collectives_held_ && !slo_.spatial() && !slo_.live()) f.collective_ns = longest_collective_ns();
   return f;
 }
 

@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   if (sp.slo.control_period_ns < 10 * sp.period_ns) sp.slo.control_period_ns = 10 * sp.period_ns;
   sp.slo.window_ns = ns(SettingId::TANDEM_SLO_WINDOW_US);
   sp.slo.idle_ns = ns(SettingId::TANDEM_SLO_IDLE_MS);
+  std::string partition = tandem::setting_text(SettingId::TANDEM_SLO_PARTITION);
+  sp.slo.live_partition = partition == "auto" ? -1 : partition == "off" ? 0 : std::atoi(partition.c_str());
   sp.zico = setting_bool(SettingId::TANDEM_ZICO);
   tandem::MemorySize zico_budget;
   if (tandem::parse_memory_size(tandem::setting_text(SettingId::TANDEM_ZICO_BUDGET), zico_budget) && !zico_budget.empty) {

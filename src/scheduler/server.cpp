@@ -240,6 +240,8 @@ std::string Server::status_json() const {
       slots.push_back({{"slot", i}, {"pid", s.pid}, {"launches", c.launches}, {"nccl_launches", c.nccl_launches},
                        {"collectives_launched", c.collectives_launched}, {"collective_waiting", c.collective_waiting},
                        {"collectives_allowed", s.collectives_allowed},
+                       {"mps_client", (c.training_flags & TANDEM_TRAINING_MPS) != 0},
+                       {"live_partitions", live_partitions(c)}, {"live_partition", s.live_partition},
                        {"tokens_ns", static_cast<int64_t>(s.token_limit_ns - c.tokens_taken_ns)},
                        {"granted_ns", s.granted_ns}, {"issued_ns", c.issued_ns},
                        {"completed_ns", c.completed_ns}, {"markers_pending", c.markers_recorded - c.markers_completed},
@@ -263,7 +265,8 @@ std::string Server::status_json() const {
       nlohmann::json history = nlohmann::json::array();
       for (const ControlRecord& r : p.history())
         history.push_back({{"t_s", static_cast<double>(r.t_ns - started_ns_) / 1e9}, {"latency_ms", r.latency_ms},
-                           {"target_ms", r.target_ms}, {"duty", r.duty}, {"samples", r.samples}, {"active", r.active}});
+                           {"target_ms", r.target_ms}, {"duty", r.duty}, {"samples", r.samples}, {"active", r.active},
+                           {"partition", r.partition}});
       const RequestHolds& holds = g->request_holds();
       slo = {{"active", p.active()}, {"duty", p.duty()}, {"gain_estimate", p.controller().gain_estimate()},
              {"saturated", p.controller().saturated()}, {"inflight_bound_ms", static_cast<double>(p.inflight_bound_ns()) / 1e6},

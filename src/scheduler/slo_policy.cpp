@@ -5,27 +5,50 @@
 namespace tandem::scheduler {
 
 uint64_t SloPolicy::inflight_bound_ns() const {
-  return static_cast<uint64_t>(controller_.duty() * static_cast<double>(p_.window_ns));
+  double factor = live_ && controller_.duty() >= kSpatialGateDuty ? kLiveWindow : unheld_ ? kBusyWindow : 1.0;
+  return static_cast<uint64_t>(controller_.duty() * static_cast<double>(p_.window_ns) * factor);
 }
 
 void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, const std::vector<FillerState>& best_effort,
-                     std::vector<Grant>& grants, bool spatial) {
+                     std::vector<Grant>& grants, bool spatial, const uint8_t* live_levels) {
   spatial_ = spatial;
+  uint32_t fixed = p_.live_partition > 0 ? static_cast<uint32_t>(p_.live_partition) : 0;
+  live_ = live_levels && p_.live_partition != 0 && partition_.configure(live_levels, TANDEM_LIVE_PARTITIONS, fixed);
   grants.clear();
   if (!interval_started_ns_) interval_started_ns_ = now_ns;
   if (now_ns - interval_started_ns_ >= p_.control_period_ns) {
     control(now_ns, online);
+    busy_fraction_ = ticks_ ? static_cast<double>(busy_ticks_) / static_cast<double>(ticks_) : 0;
+    // Busy for kBusyPeriods periods in a row: a Poisson burst fills one period now and then,
+    // a server with requests back to back fills them all.
+    std::copy(busy_recent_ + 1, busy_recent_ + kBusyPeriods, busy_recent_);
+    busy_recent_[kBusyPeriods - 1] = busy_fraction_;
     interval_started_ns_ = now_ns;
-    duty_sum_ = 0, ticks_ = 0;
+    duty_sum_ = 0, ticks_ = 0, busy_ticks_ = 0, mean_request_sum_ = 0;
     for (const OnlineClient& c : online)
       if (c.id >= 0 && c.id < kSlots) models_[c.id].requests_at_start = c.requests;
   } else {
     predict(now_ns, online);
   }
   active_ = false;
-  for (const OnlineClient& c : online)
+  bool open = false;
+  for (const OnlineClient& c : online) {
     if (c.requests_open > 0 || now_ns - c.activity_ns < p_.idle_ns) active_ = true;
+    open = open || c.requests_open > 0;
+  }
+  busy_ticks_ += open;
+  uint64_t request_ns = 0;  // the slowest client's running mean latency (its page's request_ns)
+  for (const OnlineClient& c : online) request_ns = std::max(request_ns, c.request_ns);
+  mean_request_sum_ += static_cast<double>(request_ns);
+  // Live partitions: training stays gated while inference is active, for the in-flight bound
+  // between requests (what a request's onset finds queued on every SM), but is not held during
+  // requests while the partition holds the target (the duty cycle at least kSpatialGateDuty).
   gating_ = active_ && !(spatial_ && controller_.duty() >= kSpatialGateDuty);
+  bool partitioned = live_ && controller_.duty() >= kSpatialGateDuty;
+  // Holding training during every request would leave it 1 - busy of the time: lifted when
+  // that is below both its duty cycle and kBusyHold's complement.
+  double busy = *std::min_element(busy_recent_, busy_recent_ + kBusyPeriods);
+  unheld_ = gating_ && (partitioned || busy > std::max(kBusyHold, 1.0 - controller_.duty()));
   duty_sum_ += gating_ ? controller_.duty() : 1.0;  // ungated, training has the whole GPU it can get
   ++ticks_;
   if (best_effort.empty() || !gating_) return;
@@ -65,11 +88,29 @@ void SloPolicy::control(uint64_t now_ns, const std::vector<OnlineClient>& online
     if (m.generation != c.generation) m.model.reset(), m.generation = c.generation;
     m.model.observe(duty, load(c, now_ns), static_cast<double>(c.latency_ns) / static_cast<double>(c.slo_ns));
   }
-  if (worst) controller_.update(worst_ratio);
-  else controller_.skip();
+  if (!live_) {
+    if (worst) controller_.update(worst_ratio);
+    else controller_.skip();
+  } else if (!worst) {
+    controller_.skip();
+    partition_.skip();
+  } else {
+    // The partition first; the duty cycle only below the smallest one, on the partition's
+    // filtered signal (and back up to 1 before the partition grows again).
+    bool lowest = partition_.level() == 0;
+    partition_.update(worst_ratio, ticks_ ? mean_request_sum_ / static_cast<double>(ticks_) : 0,
+                      controller_.duty() >= 1.0);
+    // At most kLiveDutyInput: the signal a burst makes (2.5 x the target, whatever training
+    // does) must not cut the duty cycle to a third at once; a lasting violation still walks it
+    // down, 0.1 a period at the initial gain.
+    if (lowest && (partition_.below_lowest() || controller_.duty() < 1.0))
+      controller_.update(std::min(partition_.signal(), kLiveDutyInput));
+    else controller_.skip();
+  }
   if (history_.size() == kHistory) history_.pop_front();
   history_.push_back({now_ns, worst ? static_cast<double>(worst->latency_ns) / 1e6 : 0.0,
-                      worst ? static_cast<double>(worst->slo_ns) / 1e6 : 0.0, controller_.duty(), samples, active_});
+                      worst ? static_cast<double>(worst->slo_ns) / 1e6 : 0.0, controller_.duty(), samples, active_,
+                      partition_pct()});
   ++control_seq_;
 }
 
@@ -85,7 +126,7 @@ void SloPolicy::predict(uint64_t now_ns, const std::vector<OnlineClient>& online
   // Not under an SM split: there a duty cycle below 1 switches the gate on (requests then hold
   // training entirely), a step the linear model does not describe; a cut on a latency spike
   // training did not cause took training from 0.5-0.67 to 0.33 of Exclusive (MPS, measured).
-  if (spatial_ || !p_.predict) return;
+  if (spatial_ || live_ || !p_.predict) return;
   // A quarter of the period in: enough requests to see the load, most of the period left.
   if (now_ns - interval_started_ns_ < p_.control_period_ns / 4) return;
   for (const OnlineClient& c : online) {

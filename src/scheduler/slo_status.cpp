@@ -1,6 +1,7 @@
 #include "slo_status.h"
 
 #include <string>
+#include <vector>
 
 namespace tandem::scheduler {
 
@@ -13,10 +14,25 @@ std::string ms_text(uint64_t ns) {
 }
 }  // namespace
 
+nlohmann::json live_partitions(const tandem_client_page& page) {
+  uint8_t pcts[TANDEM_LIVE_PARTITIONS];
+  unsigned n = live_levels(page.training_flags, pcts);
+  return nlohmann::json(std::vector<uint8_t>(pcts, pcts + n));
+}
+
 nlohmann::json slo_floor_status(const GpuScheduler& g, const SloPolicy& p) {
   GpuScheduler::SloFloor f = g.slo_floor();
+  nlohmann::json levels = nlohmann::json::array();
+  const PartitionController& pc = p.partition();
+  for (int i = 0; p.live() && i < pc.levels(); ++i)
+    levels.push_back({{"pct", pc.level_pct_at(i)}, {"latency_ratio", pc.remembered(i)}});
   nlohmann::json out = {{"gating", p.gating()},
                         {"spatial", p.spatial()},
+                        {"live", p.live()},
+                        {"partition_pct", p.partition_pct()},
+                        {"partition_levels", levels},
+                        {"requests_unheld", p.requests_unheld()},
+                        {"busy_fraction", p.busy_fraction()},
                         {"predicted_cuts", p.predicted_cuts()},
                         {"collectives_held", f.collectives_held},
                         {"longest_collective_ms", ms(g.longest_collective_ns())},

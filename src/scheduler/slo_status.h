@@ -9,5 +9,7 @@
 namespace tandem::scheduler {
 
 nlohmann::json slo_floor_status(const GpuScheduler& g, const SloPolicy& p);
+// A training client's live SM partitions (percentages), as its page's flags say.
+nlohmann::json live_partitions(const tandem_client_page& page);
 
 }  // namespace tandem::scheduler

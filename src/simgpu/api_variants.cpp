@@ -125,24 +125,23 @@ SIM_API CUresult cuFuncLoad(CUfunction f) { return as_function(f) ? CUDA_SUCCESS
     return call;                                                                     \
   }
 
-static CUresult stream_ctx(CUstream s, CUcontext* ctx, bool per_thread) {
+// A green context's stream belongs to its converted context (cuStreamGetCtx in cuda.h).
+static CUresult stream_ctx(CUstream s, CUcontext* ctx, CUgreenCtx* green, bool per_thread) {
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;
-  if (!resolve_stream(s, per_thread)) return CUDA_ERROR_INVALID_HANDLE;
+  Stream* st = resolve_stream(s, per_thread);
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream_context_destroyed(st)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  if (green) *green = reinterpret_cast<CUgreenCtx>(st->green);
+  if (st->green) {
+    *ctx = reinterpret_cast<CUcontext>(&st->green->converted);
+    return CUDA_SUCCESS;
+  }
   cuCtxGetCurrent(ctx);
   if (!*ctx) *ctx = reinterpret_cast<CUcontext>(primary_context(0));
   return CUDA_SUCCESS;
 }
-STREAM_PAIR(cuStreamGetCtx, (CUstream s, CUcontext* ctx), stream_ctx(s, ctx, per_thread))
-STREAM_PAIR(cuStreamGetCtx_v2, (CUstream s, CUcontext* ctx, CUgreenCtx* green),
-            (green ? (*green = nullptr, stream_ctx(s, ctx, per_thread)) : stream_ctx(s, ctx, per_thread)))
-
-// No stream belongs to a green context (they are not simulated): cuDNN asks before using one.
-SIM_API CUresult cuStreamGetGreenCtx(CUstream s, CUgreenCtx* green) {
-  if (!green) return CUDA_ERROR_INVALID_VALUE;
-  if (!resolve_stream(s, false)) return CUDA_ERROR_INVALID_HANDLE;
-  *green = nullptr;
-  return CUDA_SUCCESS;
-}
+STREAM_PAIR(cuStreamGetCtx, (CUstream s, CUcontext* ctx), stream_ctx(s, ctx, nullptr, per_thread))
+STREAM_PAIR(cuStreamGetCtx_v2, (CUstream s, CUcontext* ctx, CUgreenCtx* green), stream_ctx(s, ctx, green, per_thread))
 
 static CUresult stream_id(CUstream s, unsigned long long* id, bool per_thread) {
   Stream* st = resolve_stream(s, per_thread);

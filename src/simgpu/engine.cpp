@@ -39,6 +39,8 @@ void execute(Stream* s, Op& op) {
         uint64_t ns = kernel_cost_ns(op.launch);
         fit_to_sm_limit(op.launch.sm_limit, &sms, &ns);  // MPS: its context's SMs at most (sm_limit.cpp)
         run_on_gpu(op.launch.device, ns, sms);
+        // The one kernel with an effect: its result depends on the order kernels ran in.
+        if (op.launch.mix_word) *op.launch.mix_word = *op.launch.mix_word * 31 + op.launch.mix_value;
       }
       s->running_kernels.fetch_sub(1);
       break;
@@ -92,6 +94,7 @@ Stream* new_stream(bool blocking, bool legacy) {
   auto* s = new Stream();
   s->blocking = blocking;
   s->legacy = legacy;
+  s->default_stream = legacy;
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   g_streams->push_back(s);
   return s;
@@ -138,6 +141,7 @@ Stream* resolve_stream(CUstream handle, bool per_thread) {
   if (handle == CU_STREAM_PER_THREAD || handle == nullptr) {
     if (!t_per_thread || t_per_thread_pid != getpid()) {
       t_per_thread = new_stream(true, false);
+      t_per_thread->default_stream = true;
       t_per_thread_pid = getpid();
     }
     return t_per_thread;
@@ -150,6 +154,8 @@ Stream* create_stream(unsigned flags, int priority) {
   Stream* s = new_stream(!(flags & CU_STREAM_NON_BLOCKING), false);
   s->flags = flags;
   s->priority = priority;
+  // Created while a green context's converted context is current: that green context's.
+  if (Context* c = current_context()) s->green = c->green;
   return s;
 }
 
@@ -182,6 +188,7 @@ uint64_t kernel_cost_ns(const KernelLaunch& k) {
 
 CUresult submit(Stream* s, Op op) {
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream_context_destroyed(s)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   if (s->capture) {
     if (s->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     record_into_capture(s, op);
@@ -233,6 +240,7 @@ static void wait_for(Stream* s, uint64_t seq) {
 
 CUresult synchronize_stream(Stream* s) {
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream_context_destroyed(s)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   if (s->capture) return invalidate_capture(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   if (s->legacy && capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
   if (s->legacy) {
@@ -245,6 +253,7 @@ CUresult synchronize_stream(Stream* s) {
 
 CUresult query_stream(Stream* s) {
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream_context_destroyed(s)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   if (s->capture) return invalidate_capture(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   return s->completed.load() >= enqueued_now(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -276,6 +285,7 @@ SIM_API CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int flags, int
 SIM_API CUresult cuStreamDestroy_v2(CUstream s) {
   Stream* st = resolve_stream(s, false);
   if (!st || st->legacy) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream_context_destroyed(st)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;  // cuda.h: destroy them first
   destroy_stream(st);
   return CUDA_SUCCESS;
 }

@@ -312,9 +312,13 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool per_thread) {
   GraphExec* exec = as_exec(e);
   Stream* s = resolve_stream(h, per_thread);
   if (!exec || !s) return CUDA_ERROR_INVALID_VALUE;
-  unsigned limit = static_cast<unsigned>(sm_limit(current_context()));  // the launching context's, as for a kernel
+  // A kernel node runs in the context it was captured (or added) in, whatever stream the graph
+  // is launched on: one captured on a green context's stream keeps that green context's SMs,
+  // the others get the launching context's, as a kernel would (a green stream's SMs are not
+  // theirs: CUDA_KERNEL_NODE_PARAMS_v2 names the node's context).
   for (Op op : exec->ops) {
-    if (op.kind == Op::kernel) op.launch.sm_limit = limit;
+    if (op.kind == Op::kernel)
+      op.launch.sm_limit = static_cast<unsigned>(kernel_sm_limit(current_context(), nullptr, op.launch.green));
     CUresult r = submit(s, op);
     if (r != CUDA_SUCCESS) return r;
   }

@@ -56,11 +56,18 @@ CUresult launch(const char* api, CUfunction f, const unsigned grid[3], const uns
   std::memcpy(op.launch.block, block, sizeof op.launch.block);
   op.launch.smem = smem;
   op.launch.first_arg = first_argument(params, extra);
+  if (fn->mix && params && params[1] && params[2]) {  // (ns, uint64_t* word, uint64_t value)
+    std::memcpy(&op.launch.mix_word, params[1], sizeof op.launch.mix_word);
+    std::memcpy(&op.launch.mix_value, params[2], sizeof op.launch.mix_value);
+    if (!valid_device_range(reinterpret_cast<CUdeviceptr>(op.launch.mix_word), sizeof(uint64_t)))
+      return CUDA_ERROR_INVALID_VALUE;  // an illegal address on a GPU: refused here
+  }
   if (fn->nccl) op.launch.args = argument_buffer(extra);
   CUdevice dev = 0;
   cuCtxGetDevice(&dev);
   op.launch.device = dev;
-  op.launch.sm_limit = static_cast<unsigned>(sm_limit(current_context()));
+  op.launch.green = kernel_green_context(current_context(), st);
+  op.launch.sm_limit = static_cast<unsigned>(kernel_sm_limit(current_context(), st));
   return submit(st, op);
 }
 

@@ -31,8 +31,8 @@ bool limit_attribute(CUdevice_attribute attr, int* v) {
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: *v = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: *v = settings().mps ? 1 : 0; return true;  // SIMGPU_SHARING=mps: an MPS client
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *v = -1; return true;  // no NUMA on the host
     default: return false;
   }

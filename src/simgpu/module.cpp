@@ -68,6 +68,7 @@ CUresult get_function(Module* m, const char* name, Function** out) {
   f->name = name;
   f->nccl = is_nccl_name(f->name);
   f->spin = f->name.find("spin") != std::string::npos;
+  f->mix = f->name.find("spin_mix") != std::string::npos;
   *out = f.get();
   m->functions.push_back(std::move(f));
   return CUDA_SUCCESS;

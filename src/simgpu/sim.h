@@ -78,12 +78,14 @@ bool should_fail(const char* api);
 CUresult injected_error(const char* api);
 
 // ---- device / context (device.cpp) ----
+struct GreenContext;
 struct Context {
   uint32_t magic = 0x43545854;
   int device = 0;
   unsigned flags = 0;
   bool primary = false;
   int sm_limit = 0;  // MPS execution affinity (cuCtxCreate_v3/_v4), 0: none
+  GreenContext* green = nullptr;  // a green context's converted context (cuCtxFromGreenCtx)
 };
 Context* current_context();
 Context* primary_context(int device);
@@ -106,6 +108,7 @@ struct Function {
   std::string name;
   bool nccl = false;
   bool spin = false;
+  bool mix = false;  // `*spin_mix*`: a spin kernel that then mixes a value into a word (engine.cpp)
   // Settable attributes (occupancy.cpp): 48 KiB of dynamic shared memory until raised.
   std::atomic<int> max_dynamic_smem{48 << 10};
   std::atomic<int> carveout{-1};
@@ -138,8 +141,11 @@ struct KernelLaunch {
   unsigned block[3] = {1, 1, 1};
   unsigned smem = 0;
   uint64_t first_arg = 0;  // the first 8 bytes of the first argument (spin duration)
+  uint64_t* mix_word = nullptr;  // spin_mix kernels: their second and third arguments
+  uint64_t mix_value = 0;
   int device = 0;          // the device of the context current at launch
   unsigned sm_limit = 0;   // SMs its context may use (sm_limit.cpp), 0: all
+  const GreenContext* green = nullptr;  // the green context it was launched (or captured) in
   // NCCL kernels: a copy of the argument buffer (collectives.cpp reads its work descriptors).
   std::shared_ptr<const std::vector<unsigned char>> args;
 };
@@ -173,6 +179,7 @@ struct Stream {
   uint32_t magic = 0x5354524d;
   bool blocking = true;   // synchronizes with the legacy stream
   bool legacy = false;
+  bool default_stream = false;  // the legacy stream or a per-thread default stream
   int priority = 0;
   unsigned flags = 0;
   std::mutex m;
@@ -185,6 +192,7 @@ struct Stream {
   bool stop = false;
   pid_t owner_pid = 0;
   Capture* capture = nullptr;  // non-null while capturing
+  GreenContext* green = nullptr;  // its green context (green_contexts.cpp), if any
 };
 
 // Resolves a stream handle as seen by an entry point (`per_thread`: a _ptsz/_ptds entry).
@@ -210,6 +218,28 @@ void contention_after_fork_child();
 // The SMs kernels of `ctx` may occupy: its execution affinity, else the process's
 // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, else all (always all without MPS).
 int sm_limit(const Context* ctx);
+// The process's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE as SMs (0: none, or not under MPS).
+int process_sm_limit();
+// The green context whose SMs a kernel launched on `s` with `ctx` current gets: the stream's,
+// or on the NULL stream the current context's when it was converted from one; else nullptr.
+const GreenContext* kernel_green_context(const Context* ctx, const Stream* s);
+// The SMs such a kernel may occupy: its green context's (`captured`: the one of the stream it
+// was captured on, which a graph keeps at replay) unless MPS limits the process, whose SMs then
+// apply (cuda.h: green contexts' SMs "can be scaled up to the value of SMs used for the MPS
+// client"); otherwise sm_limit(ctx).
+int kernel_sm_limit(const Context* ctx, const Stream* s, const GreenContext* captured = nullptr);
+
+// ---- green contexts (green_contexts.cpp) ----
+struct GreenContext {
+  uint32_t magic = 0x47524e43;  // "GRNC"
+  bool destroyed = false;       // destroyed: its streams answer CUDA_ERROR_CONTEXT_IS_DESTROYED
+  int device = 0;
+  unsigned sms = 0;             // its SM budget
+  unsigned long long id = 0;
+  Context converted;            // what cuCtxFromGreenCtx returns
+};
+// A stream whose green context was destroyed: every call on it fails.
+inline bool stream_context_destroyed(const Stream* s) { return s && s->green && s->green->destroyed; }
 // A kernel of `*sms` SMs under a limit of `limit` SMs: at most `limit`, for proportionally longer.
 void fit_to_sm_limit(unsigned limit, unsigned* sms, uint64_t* duration_ns);
 

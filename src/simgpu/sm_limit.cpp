@@ -4,6 +4,8 @@
 // one context). A kernel of such a context occupies at most its SMs and takes longer in
 // proportion: its blocks run in more waves. Without MPS a real GPU refuses an affinity and
 // ignores the percentage; so does this one. Both are fixed for a context's life, as on a GPU.
+// Green contexts (green_contexts.cpp) limit the kernels of their streams, with or without MPS;
+// inside an MPS client whose percentage is below 100 the client's SMs apply instead.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -12,7 +14,6 @@
 
 namespace simgpu {
 
-namespace {
 // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE as MPS reads it: a percentage of the GPU's SMs, rounded up.
 int process_sm_limit() {
   static const int limit = [] {
@@ -30,13 +31,25 @@ int process_sm_limit() {
   }();
   return limit;
 }
-}  // namespace
 
 int sm_limit(const Context* ctx) {
   if (!settings().mps) return settings().sms;
   if (ctx && ctx->sm_limit > 0) return ctx->sm_limit;
   int p = process_sm_limit();
   return p > 0 ? p : settings().sms;
+}
+
+const GreenContext* kernel_green_context(const Context* ctx, const Stream* s) {
+  // The NULL stream of a green context's converted context is the green context's default stream.
+  if (s && s->green) return s->green;
+  return s && s->default_stream && ctx ? ctx->green : nullptr;
+}
+
+int kernel_sm_limit(const Context* ctx, const Stream* s, const GreenContext* captured) {
+  const GreenContext* green = captured ? captured : kernel_green_context(ctx, s);
+  int mps = process_sm_limit();
+  if (green && (mps == 0 || mps >= settings().sms)) return static_cast<int>(green->sms);
+  return sm_limit(ctx);
 }
 
 void fit_to_sm_limit(unsigned limit, unsigned* sms, uint64_t* duration_ns) {

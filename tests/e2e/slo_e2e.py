@@ -25,8 +25,8 @@ usage: slo_e2e.py BUILD_DIR CASE
                tandemd takes TANDEM_SLO_PERIOD_MS with a unit (0.1s) the same way
   hostile-holds  a hostile online inference client (the socket protocol and its own page, no
                library) beside training: one request opened and never touched stops holding
-               training after 4x its target; one kept open for ever, refreshed, holds it at most
-               95% of each second (training makes launches every second; it made none)
+               training after 4x its target; one kept open for ever, refreshed, is a busy
+               server's: tandemd lifts the hold and training keeps launching (it made none)
 """
 import mmap
 import struct
@@ -298,7 +298,8 @@ def hostile_holds(env):
     t.start()
     time.sleep(1.0)  # into a window that began with the request open
     per_second = [rate(1.0) for _ in range(3)]
-    holds = env.status()["gpus"][0]["slo"]["request_holds"]
+    slo = env.status()["gpus"][0]["slo"]
+    holds = slo["request_holds"]
     stop.set()
     t.join()
     s.close()
@@ -311,8 +312,8 @@ def hostile_holds(env):
     check(stuck >= 0.5 * alone, f"a stuck request does not hold training ({stuck:.0f} >= 0.5 x {alone:.0f} launches/s)")
     check(min(per_second) >= 0.01 * alone,
           f"a request kept open for ever leaves training launching every second ({min(per_second):.0f} >= 0.01 x {alone:.0f})")
-    check(max(per_second) <= 0.5 * alone, "and still holds it most of the time (the floor, not an off switch)")
-    check(holds["stuck"] >= 1 and holds["refused_ms"] > 0, "status counts the stuck request and the refused hold")
+    check(slo.get("requests_unheld") is True, "tandemd took it for a busy server's and lifted the hold")
+    check(holds["stuck"] >= 1, "status counts the stuck request")
 
 
 def main():

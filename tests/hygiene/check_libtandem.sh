@@ -19,6 +19,9 @@ fi
 
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort)
 hooked=$(sed -n 's/^HOOK(\([A-Za-z0-9_]*\),.*/\1/p' "$def" | sort)
+# The stream operations driver_api.def includes from green_stream_ops.def.
+green=$(sed -n 's/^GREEN_[A-Z_]*OP(\([A-Za-z0-9_]*\),.*/\1/p' "$(dirname "$def")/green_stream_ops.def")
+hooked=$(printf '%s\n%s\n' "$hooked" "$green" | sort)
 # NVML's hooked symbols: nvml_api.def beside driver_api.def.
 nvml=$(sed -n 's/^NVML_HOOK(\([A-Za-z0-9_]*\),.*/\1/p' "$(dirname "$def")/nvml_api.def" | sort)
 # The client API: every function declared in include/tandem/client.h.

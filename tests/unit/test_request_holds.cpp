@@ -33,9 +33,11 @@ struct HeldGpu {
     page()->slo_us = slo_us;
     page()->request_activity_ns = t;
   }
-  // The training process is held back now: gated, and a request published as holding it.
+  // The training process is held back now: gated, and a request published as holding it (and
+  // not lifted for a busy server).
   bool training_held() const {
-    return shm->slots[train].gate == TANDEM_GATE_TOKENS && shm->slots[online].requests_open > 0;
+    return shm->slots[train].gate == TANDEM_GATE_TOKENS && shm->slots[online].requests_open > 0 &&
+           shm->requests_unheld == 0;
   }
   bool training_free() const {
     return shm->slots[train].gate == TANDEM_GATE_OPEN && shm->slots[train].inflight_bound_ns == 0;
@@ -97,16 +99,51 @@ TEST_CASE("request holds: a target of an hour makes a request stuck after 10 s, 
 }
 
 // The issue's row 5: a member of the socket group keeps one request open for ever, refreshing
-// it. Training fell from 355 to 2 launches/s, indefinitely. Now requests hold it at most
-// 1 - floor (0.95) of every second, in one stretch, and it runs at the duty cycle for the rest.
-TEST_CASE("request holds: a request refreshed for ever holds training at most 95% of each second") {
+// it. Training fell from 355 to 2 launches/s, indefinitely. The floor, on its own: requests hold
+// the best-effort job at most 1 - floor (0.95) of every second, in one stretch, and it runs at
+// the duty cycle for the rest.
+TEST_CASE("request holds: a request refreshed for ever holds the job at most 95% of each second") {
+  RequestHolds holds;
+  OnlineClient c;
+  c.id = 1;
+  c.requests_open = 1;
+  c.slo_ns = 100 * kMs;
+  const uint64_t start = 1000 * kMs;
+  uint64_t held = 0, longest = 0, stretch = 0, ticks = 0;
+  std::vector<uint64_t> free_per_window(3, 0);
+  for (uint64_t t = start + kMs; t <= start + 3000 * kMs; t += kMs) {  // three windows of 1000 ticks
+    c.activity_ns = t;  // "activity": never stuck
+    std::vector<OnlineClient> online{c};
+    bool hold = holds.allow(t, online, 1.0);
+    holds.decided(true, hold, 1.0);
+    ++ticks;
+    if (hold) {
+      ++held;
+      longest = std::max(longest, ++stretch);
+    } else {
+      stretch = 0;
+      ++free_per_window[(t - start - kMs) / (1000 * kMs)];
+    }
+  }
+  INFO("held " << held << " of " << ticks << " ticks; longest stretch " << longest << " ms");
+  CHECK(held > ticks * 9 / 10);  // requests still hold the job: the floor, not an off switch
+  CHECK(held <= ticks * 951 / 1000);
+  CHECK(longest <= 951);
+  for (uint64_t free_ms : free_per_window) CHECK(free_ms >= 49);  // each second: 50 ms at duty 1
+  CHECK(holds.refused_ns() >= 140 * kMs);
+}
+
+// The same client beside training on a GPU: a request always open is also a busy server's, so
+// after three busy control periods tandemd lifts the hold altogether (docs/slo.md) and training
+// runs at its duty cycle beside the requests; never held more than 95% of any second.
+TEST_CASE("request holds: a request refreshed for ever does not hold training for ever") {
   HeldGpu g;
   g.open_request(100000);
   const uint64_t start = g.t;
   uint64_t held = 0, longest = 0, stretch = 0, ticks = 0;
   std::vector<uint64_t> free_per_window(3, 0);
-  for (g.t += kMs; g.t <= start + 3000 * kMs; g.t += kMs) {  // three windows of 1000 ticks
-    g.page()->request_activity_ns = g.t;  // "activity": never stuck
+  for (g.t += kMs; g.t <= start + 3000 * kMs; g.t += kMs) {
+    g.page()->request_activity_ns = g.t;
     g.gpu.tick(g.t);
     ++ticks;
     if (g.training_held()) {
@@ -119,11 +156,9 @@ TEST_CASE("request holds: a request refreshed for ever holds training at most 95
     }
   }
   INFO("held " << held << " of " << ticks << " ticks; longest stretch " << longest << " ms");
-  CHECK(held > ticks * 9 / 10);         // requests still hold training: the floor, not an off switch
-  CHECK(held <= ticks * 951 / 1000);
   CHECK(longest <= 951);
-  for (uint64_t free_ms : free_per_window) CHECK(free_ms >= 49);  // each second: 50 ms at duty 1
-  CHECK(g.gpu.request_holds().refused_ns() >= 140 * kMs);
+  for (uint64_t free_ms : free_per_window) CHECK(free_ms >= 49);
+  CHECK(g.shm->requests_unheld == 1);
 }
 
 // The same client also reports latencies far over its target: the controller holds training at
@@ -145,5 +180,6 @@ TEST_CASE("request holds: at the minimum duty cycle requests hold training no mo
   CHECK(g.gpu.slo().duty() == Approx(0.05));
   CHECK(held_late == 0);
   CHECK(g.shm->slots[g.train].gate == TANDEM_GATE_TOKENS);
-  CHECK(g.shm->slots[g.train].inflight_bound_ns == 25000);  // 0.05 of the 500 us window
+  // 0.05 of the 500 us window, times 4 beside a busy server's requests (slo_policy.h)
+  CHECK(g.shm->slots[g.train].inflight_bound_ns == 100000);
 }
