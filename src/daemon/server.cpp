@@ -22,6 +22,8 @@
 #include "log.h"
 #include "settings.h"
 #include "slo_status.h"
+#include "slot_config.h"
+#include "trace_json.h"
 
 #ifndef TANDEM_VERSION_STRING
 #define TANDEM_VERSION_STRING "0.0.0"
@@ -119,7 +121,7 @@ bool Server::handle_trace(Client& client, const std::string& payload) {
   std::optional<uint64_t> since = uint_field(j, "since_ns");
   if (!since) return reply_error(client, EINVAL, "since_ns must be an unsigned integer");
   nlohmann::json gpus = nlohmann::json::object();
-  for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(*since, uuid.substr(0, 8)));
+  for (auto& [uuid, g] : gpus_) gpus[uuid] = chrome_trace(g->trace(), *since, uuid.substr(0, 8));
   return reply(client, MessageType::trace_reply, json_text(nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}));
 }
 
