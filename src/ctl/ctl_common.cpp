@@ -81,7 +81,8 @@ std::string ask(const std::string& socket_path, MessageType request, const std::
 }
 
 nlohmann::json ask_status(const std::string& socket_path) {
-  std::string payload = ask(socket_path, MessageType::status_request, msg::encode(msg::StatusRequest{}), MessageType::status_reply);
+  std::string payload =
+      ask(socket_path, MessageType::status_request, msg::encode(msg::StatusRequest{}), MessageType::status_reply);
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     std::fprintf(stderr, "tandemctl: malformed status reply\n");

@@ -60,7 +60,8 @@ bool Server::send_chunks(Client& client, const std::vector<const PoolChunk*>& ch
       fds.push_back(chunks[i]->fd);
       body.ids.push_back(chunks[i]->id);
     }
-    if (!client.out.empty() || !send_message_with_fds(client.fd, MessageType::pool_chunk, msg::encode(body), fds.data(), n))
+    if (!client.out.empty() ||
+        !send_message_with_fds(client.fd, MessageType::pool_chunk, msg::encode(body), fds.data(), n))
       return false;
   }
   return true;

@@ -14,7 +14,8 @@ int hello_slot(const std::string& payload, const char** why) noexcept {
     if (!msg::decode(payload, ok, refused)) {
       // The decoder's own text, as the static string it came from (outlives this call).
       *why = "the reply is not a valid hello_ok";
-      for (const char* text : {msg::kHelloOkNotObject, msg::kHelloOkNoSlot, msg::kHelloOkSlotRange, msg::kHelloOkSampleUs})
+      for (const char* text :
+           {msg::kHelloOkNotObject, msg::kHelloOkNoSlot, msg::kHelloOkSlotRange, msg::kHelloOkSampleUs})
         if (refused.message == text) *why = text;
       return -1;
     }

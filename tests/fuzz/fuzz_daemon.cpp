@@ -133,7 +133,8 @@ void check_decoder(uint32_t type, const std::string& payload) {
     msg::Request back;
     if (!msg::decode_request(type, again, back, why))
       fail("the decoder refuses its own encoding: " + why.message + ": " + again);
-    if (!(back == request)) fail("a request changes through encode and decode: " + payload.substr(0, 200) + " -> " + again);
+    if (!(back == request))
+      fail("a request changes through encode and decode: " + payload.substr(0, 200) + " -> " + again);
   }
   check_reply_decoder<msg::HelloOk>(payload);
   check_reply_decoder<msg::QuotaReply>(payload);

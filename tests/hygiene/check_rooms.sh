@@ -16,8 +16,9 @@ for i in "$@"; do [ "$i" = -I/usr/include ] || includes+=("$i"); done
 fail=0
 
 daemon_headers=$(cd "$src/daemon" && ls -- *.h)
-# A daemon header by its room or its name, JSON, the socket API.
-forbidden='daemon/|nlohmann/|sys/socket\.h|sys/un\.h|netinet/|arpa/inet\.h|netdb\.h'
+# JSON and the socket API; in an #include line also a daemon header by its room or its name.
+reached_forbidden='nlohmann/|sys/socket\.h|sys/un\.h|netinet/|arpa/inet\.h|netdb\.h'
+forbidden="daemon/|$reached_forbidden"
 for h in $daemon_headers; do forbidden="$forbidden|[/\"<]${h//./\\.}[\">]"; done
 
 for room in scheduler memory; do
@@ -31,14 +32,14 @@ for room in scheduler memory; do
     # -M: every file the preprocessor opens, system headers too. A header is read as C++.
     if ! deps=$("$cxx" -std=c++20 -M -x c++ "${includes[@]}" "$f" 2>&1); then
       echo "FAIL: src/$room/$(basename "$f") does not preprocess with its room's include path:"
-      echo "$deps" | head -5 | sed 's/^/  /'
+      echo "$deps" | sed -n '1,5s/^/  /p'
       fail=1
       continue
     fi
-    reached=$(echo "$deps" | tr ' \\' '\n\n' | grep -E "(^|/)src/daemon/|nlohmann/|sys/socket\.h|sys/un\.h|netinet/|arpa/inet\.h|netdb\.h" || true)
+    reached=$(echo "$deps" | tr ' \\' '\n\n' | grep -E "(^|/)src/daemon/|$reached_forbidden" || true)
     if [ -n "$reached" ]; then
       echo "FAIL: src/$room/$(basename "$f") reaches, through what it includes:"
-      echo "$reached" | sort -u | sed "s|^$1/||; s/^/  /" | head -3
+      echo "$reached" | sort -u | sed -n "1,3{s|^$1/||; s/^/  /; p}"
       fail=1
     fi
   done
