@@ -8,9 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <nlohmann/json.hpp>
-
-#include "json_text.h"
 
 namespace tandem {
 
@@ -180,10 +177,6 @@ RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payl
   RecvStatus s = recv_message_with_fds(fd, header, payload, &passed_fd, 1, count, timeout_ms, kMaxPayload);
   if (!count) passed_fd = -1;
   return s;
-}
-
-std::string error_payload(int error_number, std::string_view message) {
-  return json_text(nlohmann::json{{"errno", error_number}, {"message", std::string(message)}});
 }
 
 }  // namespace tandem

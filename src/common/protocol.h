@@ -1,6 +1,6 @@
-// tandem's socket protocol (DESIGN §7): a fixed header {type, length} then `length` bytes of
-// payload (JSON text). The length is validated before any payload byte is read. Errors come
-// back as `error` replies carrying {"errno": int, "message": str}.
+// tandem's socket protocol (DESIGN §7), its framing: a fixed header {type, length} then `length`
+// bytes of payload (JSON text; messages.h defines each). The length is validated before any
+// payload byte is read. Errors come back as `error` replies carrying {"errno": int, "message": str}.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,26 +9,26 @@
 namespace tandem {
 
 enum class MessageType : uint32_t {
-  hello = 1,           // client -> daemon: {"pid": int, "role": str}; the pid must be the peer's
-  hello_ok = 2,        // daemon -> client: {"slot": int, "sample_us": int} + two fds: the GPU's
-                       //   segment (read-only) and the client's page (include/tandem/shm_abi.h)
-  status_request = 3,  // any -> daemon: {}
-  status_reply = 4,    // daemon -> client: the status document (docs/daemon.md)
-  trace_request = 5,   // any -> daemon: {"since_ns": int} (CLOCK_MONOTONIC; 0: all it kept)
-  trace_reply = 6,     // daemon -> client: {"now_ns": int, "gpus": {uuid: chrome-trace}}
-  quota_request = 7,   // any -> daemon: {"pid": int, "size": str} memory quota ("8G", "25%"; "" clears)
-  quota_reply = 8,     // daemon -> client: {"pid": int, "bytes": int, "gpu": uuid}
+  // Each message's payload, and its validation, is defined once in messages.h.
+  hello = 1,            // client -> daemon: registration (role, GPU); the pid is the kernel's, not the payload's
+  hello_ok = 2,         // daemon -> client: its slot, + two fds: the GPU's segment (read-only) and
+                        //   the client's page (include/tandem/shm_abi.h)
+  status_request = 3,   // any -> daemon
+  status_reply = 4,     // daemon -> client: the status document
+  trace_request = 5,    // any -> daemon: the trace since a CLOCK_MONOTONIC time
+  trace_reply = 6,      // daemon -> client: {"now_ns": int, "gpus": {uuid: chrome-trace}}
+  quota_request = 7,    // any -> daemon: a registered process's memory quota
+  quota_reply = 8,      // daemon -> client
   // The memory pool (docs/memory.md), on a registered client's connection:
-  pool_acquire = 9,     // client -> daemon: {"bytes": int, "chunk_bytes": int}; answered (perhaps
-                        //   after other processes released memory) by pool_chunk messages, then pool_granted
-  pool_chunk = 10,      // daemon -> client: {"id": int} + the chunk's fd; or, when pool_acquire said
-                        //   "batch": true, {"ids": [int]} + one fd per id (up to 64)
-  pool_granted = 11,    // daemon -> client: {"chunks": int, "short_bytes": int, "reason": str}
-  pool_register = 12,   // client -> daemon: {"bytes": int} + the fd of a chunk it created
-  pool_registered = 13, // daemon -> client: {"id": int}
-  pool_release = 14,    // client -> daemon: {"ids": [int]} chunks it unmapped
-  pool_released = 15,   // daemon -> client: {"released": int}
-  error = 0xFFFF,      // daemon -> client: {"errno": int, "message": str}
+  pool_acquire = 9,     // client -> daemon: chunks wanted; answered (perhaps after other processes
+                        //   released memory) by pool_chunk messages, then pool_granted
+  pool_chunk = 10,      // daemon -> client: chunk ids + one fd each (up to 64 to a message)
+  pool_granted = 11,    // daemon -> client: how many came, and why not more
+  pool_register = 12,   // client -> daemon: the fd of a chunk it created
+  pool_registered = 13, // daemon -> client: the chunk's id
+  pool_release = 14,    // client -> daemon: chunks it unmapped
+  pool_released = 15,   // daemon -> client
+  error = 0xFFFF,       // daemon -> client: {"errno": int, "message": str}
 };
 
 struct MessageHeader {
@@ -64,8 +64,5 @@ RecvStatus recv_message_with_fd(int fd, MessageHeader& header, std::string& payl
 // closed here.
 RecvStatus recv_message_with_fds(int fd, MessageHeader& header, std::string& payload, int* passed, size_t max_fds,
                                  size_t& count, int timeout_ms, uint32_t max_payload);
-
-// The payload of an `error` reply: {"errno": int, "message": str}.
-std::string error_payload(int error_number, std::string_view message);
 
 }  // namespace tandem

@@ -58,6 +58,7 @@ struct MemorySize {
   double percent = 0;            // when is_percent: 0 < percent <= 100
   bool is_percent = false;
   bool empty = true;
+  bool operator==(const MemorySize&) const = default;
 };
 bool parse_memory_size(const char* text, MemorySize& out) noexcept;
 // The size in bytes on a GPU of `gpu_total_bytes` (0 when empty).

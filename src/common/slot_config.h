@@ -1,41 +1,14 @@
-// The slots a node offers Kubernetes (docs/kubernetes.md): tandemd's configuration key "slots"
-// (`tandemd --config`), echoed in its status document, from which tandem-device-plugin reads
-// it. One parser for both sides, so the plugin reads exactly what tandemd accepted.
-//
-// A slot is a unit of a GPU a pod asks for: a share of the GPU's time and a memory quota.
-// `tandem.io/bubble` slots are best-effort fillers of training's bubbles, `tandem.io/slo`
-// slots latency-bound online inference (policy slo). How many a GPU offers follows what
-// tandemd measures; the rest of the keys say how fast and how carefully it follows.
+// The Kubernetes slots' configuration (slot_config_types.h) as JSON: tandemd's configuration
+// key "slots" (`tandemd --config`), echoed in its status document, from which
+// tandem-device-plugin reads it. One parser for both sides, so the plugin reads exactly what
+// tandemd accepted.
 #pragma once
-#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "settings.h"
+#include "slot_config_types.h"
 
 namespace tandem {
-
-struct SlotKind {
-  double share = 0;           // the GPU time one slot stands for, (0, 1]
-  std::string memory_text;    // its memory quota as given: "4G", "10%"
-  MemorySize memory;          // the same, parsed
-  uint32_t max = 0;           // devices listed per GPU (healthy or not), 0..64
-};
-
-struct SlotConfig {
-  SlotKind bubble;
-  SlotKind slo;
-  double margin = 0.05;         // GPU time never offered, a safety margin
-  double hysteresis = 0.05;     // the band (of GPU time) a measure must cross to change a count
-  double training_keep = 0.5;   // policy slo: the share of the GPU training keeps
-  double slo_headroom = 0.2;    // no new slo slot while an online target has less headroom
-  double window_s = 60;         // the long window: pressure (capacity that stays gone)
-  double fast_window_s = 2;     // the short window the slot counts follow
-  double grow_after_s = 3;      // a larger count must hold this long before it is offered
-  double min_interval_s = 60;   // and no growth sooner than this after a fall
-  double stale_after_s = 30;    // tandemd silent (or not measuring) this long: no free slot offered
-  SlotConfig();
-};
 
 // Applies the JSON object over `config` (defaults for keys not given). False, with `error`
 // naming the key, for an unknown key, a wrong type or a value out of range.

@@ -58,8 +58,9 @@ bool try_ask(const std::string& socket_path, MessageType request, const std::str
                   recv_message(fd, h, payload, timeout_ms, kMaxReplyPayload) == RecvStatus::ok;
   close(fd);
   if (answered && h.type == static_cast<uint32_t>(MessageType::error)) {
-    nlohmann::json e = nlohmann::json::parse(payload, nullptr, false);
-    why = "tandemd refused: " + (e.is_object() ? e.value("message", payload) : payload);
+    msg::Error e;
+    msg::Refusal invalid;
+    why = "tandemd refused: " + (msg::decode(payload, e, invalid) && !e.message.empty() ? e.message : payload);
     return false;
   }
   if (!answered || h.type != static_cast<uint32_t>(reply_type)) {
@@ -80,7 +81,8 @@ std::string ask(const std::string& socket_path, MessageType request, const std::
 }
 
 nlohmann::json ask_status(const std::string& socket_path) {
-  std::string payload = ask(socket_path, MessageType::status_request, "{}", MessageType::status_reply);
+  std::string payload =
+      ask(socket_path, MessageType::status_request, msg::encode(msg::StatusRequest{}), MessageType::status_reply);
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     std::fprintf(stderr, "tandemctl: malformed status reply\n");

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "messages.h"
 #include "protocol.h"
 
 namespace tandem::ctl {

@@ -61,14 +61,17 @@ int mem_set_command(const std::string& socket_path, const std::string& pid_text,
   MemorySize parsed;
   if (!parse_memory_size(size.c_str(), parsed))
     usage_error("size '" + size + "': give bytes with a K/M/G/T suffix (8G, 512M), N% of the GPU, or none");
-  std::string reply = ask(socket_path, MessageType::quota_request, nlohmann::json{{"pid", pid}, {"size", size}}.dump(),
+  std::string reply = ask(socket_path, MessageType::quota_request, msg::encode(msg::QuotaRequest{pid, size, {}}),
                           MessageType::quota_reply);
-  nlohmann::json j = nlohmann::json::parse(reply, nullptr, false);
-  unsigned long long bytes = j.is_object() ? j.value("bytes", 0ull) : 0ull;
+  msg::QuotaReply answer;
+  msg::Refusal invalid;
+  if (!msg::decode(reply, answer, invalid)) {
+    std::fprintf(stderr, "tandemctl: malformed quota reply (%s)\n", invalid.message.c_str());
+    return 1;
+  }
+  unsigned long long bytes = answer.bytes;
   if (json) {  // the status document's name for it; 0: cleared (TANDEM_MEM_LIMIT applies, if set)
-    print_json({{"pid", pid},
-                {"gpu", j.is_object() ? j.value("gpu", std::string()) : std::string()},
-                {"assigned_quota_bytes", bytes}});
+    print_json({{"pid", pid}, {"gpu", answer.gpu}, {"assigned_quota_bytes", bytes}});
     return 0;
   }
   if (bytes)

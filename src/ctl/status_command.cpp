@@ -19,7 +19,9 @@ std::string seconds_text(double seconds) {
 
 int status_command(const std::string& socket_path, bool json) {
   if (json) {  // the daemon's document as it sent it (docs/scheduler.md)
-    std::printf("%s\n", ask(socket_path, MessageType::status_request, "{}", MessageType::status_reply).c_str());
+    std::string document =
+        ask(socket_path, MessageType::status_request, msg::encode(msg::StatusRequest{}), MessageType::status_reply);
+    std::printf("%s\n", document.c_str());
     return 0;
   }
   nlohmann::json j = ask_status(socket_path);

@@ -20,7 +20,9 @@ using Clock = std::chrono::steady_clock;
 // make the view (and q) unresponsive for long.
 bool sample(const std::string& socket_path, nlohmann::json& doc, std::string& why) {
   std::string reply;
-  if (!try_ask(socket_path, MessageType::status_request, "{}", MessageType::status_reply, 1000, reply, why)) return false;
+  if (!try_ask(socket_path, MessageType::status_request, msg::encode(msg::StatusRequest{}),
+               MessageType::status_reply, 1000, reply, why))
+    return false;
   doc = nlohmann::json::parse(reply, nullptr, false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("daemon") || !doc.contains("gpus") ||
       !doc.contains("clients")) {

@@ -23,13 +23,13 @@ uint64_t monotonic_ns() {
 int trace_command(const std::string& socket_path, uint64_t span_ns, const std::string& out, bool json) {
   if (span_ns == 0 || out.empty()) usage_error("trace needs --seconds N and --out FILE");
   // The daemon's clock is this machine's CLOCK_MONOTONIC: mark now, wait, fetch what came since.
-  ask(socket_path, MessageType::status_request, "{}", MessageType::status_reply);
+  ask(socket_path, MessageType::status_request, msg::encode(msg::StatusRequest{}), MessageType::status_reply);
   uint64_t since = monotonic_ns();
   timespec wait{static_cast<time_t>(span_ns / 1000000000ull), static_cast<long>(span_ns % 1000000000ull)};
   while (nanosleep(&wait, &wait) != 0 && errno == EINTR) {
   }
-  std::string reply = ask(socket_path, MessageType::trace_request,
-                          json_text(nlohmann::json{{"since_ns", since}}), MessageType::trace_reply);
+  std::string reply =
+      ask(socket_path, MessageType::trace_request, msg::encode(msg::TraceRequest{since}), MessageType::trace_reply);
   nlohmann::json j = nlohmann::json::parse(reply, nullptr, false);
   if (j.is_discarded()) {
     std::fprintf(stderr, "tandemctl: malformed trace reply\n");

@@ -12,12 +12,12 @@
 #include <ctime>
 #include <mutex>
 #include <new>
-#include <nlohmann/json.hpp>
 
 #include "counters.h"
 #include "job_ranks.h"
 #include "link_check.h"
 #include "log.h"
+#include "messages.h"
 #include "protocol.h"
 #include "settings.h"
 
@@ -116,12 +116,7 @@ uint64_t monotonic_ns() noexcept {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-uint32_t role_code(const char* role) noexcept {
-  if (!std::strcmp(role, "training")) return TANDEM_ROLE_TRAINING;
-  if (!std::strcmp(role, "inference")) return TANDEM_ROLE_INFERENCE;
-  if (!std::strcmp(role, "batch-inference")) return TANDEM_ROLE_BATCH_INFERENCE;
-  return TANDEM_ROLE_NONE;
-}
+uint32_t role_code(const char* role) noexcept { return msg::role_code(role); }
 
 // Logs a refused hello: a refused role once (and no more attempts), other refusals when their
 // text changes, so that a process retrying every second does not fill its log.
@@ -129,9 +124,11 @@ void note_refusal(const char* path, const std::string& reply) noexcept {
   static std::mutex mutex;
   static std::string last;
   try {
-    nlohmann::json e = nlohmann::json::parse(reply, nullptr, false);
-    int error_number = e.is_object() ? e.value("errno", 0) : 0;
-    std::string message = e.is_object() ? e.value("message", reply) : reply;
+    msg::Error e;
+    msg::Refusal unreadable;
+    if (!msg::decode(reply, e, unreadable)) e = msg::Error{0, reply};
+    const int error_number = e.error_number;
+    const std::string& message = e.message.empty() ? reply : e.message;
     if (error_number == EACCES) {
       g_role_refused.store(true, std::memory_order_release);
       TANDEM_LOG_WARN("tandemd on {} refused role {}: {}; running ungated", path, setting_text(SettingId::TANDEM_ROLE),
@@ -170,15 +167,19 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
     char hex[33];
     for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
     // tandemd takes the pid from the kernel; "pid" stays for older daemons, which compared it.
-    nlohmann::json hello = {{"pid", getpid()}, {"role", setting_text(SettingId::TANDEM_ROLE)}, {"gpu", hex},
-                            {"gpu_total_bytes", gpu_total_bytes}};
+    msg::Hello hello;
+    hello.pid = getpid();
+    hello.role = setting_text(SettingId::TANDEM_ROLE);
+    hello.gpu = hex;
+    hello.gpu_total_bytes = gpu_total_bytes;
     if (const JobIdentity& job = job_identity(); job.ranks > 1) {
-      hello["job"] = job.key;
-      hello["job_ranks"] = job.ranks;
+      hello.job = job.key;
+      hello.job_ranks = job.ranks;
     }
+    const std::string payload = msg::encode(hello);  // never throws; "" without memory
     MessageHeader h{};
     std::string reply;
-    if (!send_message(fd, MessageType::hello, hello.dump())) return give_up(nullptr);
+    if (payload.empty() || !send_message(fd, MessageType::hello, payload)) return give_up(nullptr);
     RecvStatus status = recv_message_with_fds(fd, h, reply, fds, 2, received, kHelloTimeoutMs, kMaxHelloReply);
     if (status != RecvStatus::ok) return give_up(recv_status_name(status));
     if (h.type == static_cast<uint32_t>(MessageType::error)) {

@@ -3,18 +3,28 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include <nlohmann/json.hpp>
+#include "messages.h"
 
 namespace tandem::hook {
 
 int hello_slot(const std::string& payload, const char** why) noexcept {
-  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);  // never throws
-  if (j.is_discarded() || !j.is_object()) return *why = "the reply is not a JSON object", -1;
-  auto it = j.find("slot");
-  if (it == j.end() || !it->is_number_integer()) return *why = "the reply has no integer slot", -1;
-  // Non-negative integers parse as unsigned: a negative one is signed, and out of range.
-  if (!it->is_number_unsigned() || it->get<uint64_t>() >= TANDEM_MAX_SLOTS) return *why = "the slot is out of range", -1;
-  return static_cast<int>(it->get<uint64_t>());
+  try {
+    msg::HelloOk ok;
+    msg::Refusal refused;
+    if (!msg::decode(payload, ok, refused)) {
+      // The decoder's own text, as the static string it came from (outlives this call).
+      *why = "the reply is not a valid hello_ok";
+      for (const char* text :
+           {msg::kHelloOkNotObject, msg::kHelloOkNoSlot, msg::kHelloOkSlotRange, msg::kHelloOkSampleUs})
+        if (refused.message == text) *why = text;
+      return -1;
+    }
+    // This library registers with a GPU: "no slot" (-1) is no answer to its hello.
+    if (ok.slot < 0) return *why = msg::kHelloOkSlotRange, -1;
+    return ok.slot;
+  } catch (...) {
+    return *why = "the reply could not be read", -1;
+  }
 }
 
 bool sealed_memfd_of_size(int fd, size_t bytes, const char** why) noexcept {

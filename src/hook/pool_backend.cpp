@@ -7,13 +7,13 @@
 #include <ctime>
 #include <mutex>
 #include <new>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "chunk_pool.h"
 #include "daemon_link.h"
 #include "log.h"
 #include "memory_quota.h"
+#include "messages.h"
 #include "progress.h"
 #include "protocol.h"
 #include "real_driver.h"
@@ -176,26 +176,12 @@ class DaemonBroker final : public memory::PoolBroker {
   static void close_all(const int* fds, size_t count) {
     for (size_t i = 0; i < count; ++i) close(fds[i]);
   }
-  // Parses a reply; false when it belongs to another request (dropped).
-  static bool ours(const Replies& r, const std::string& payload, const int* fds, size_t count, nlohmann::json& j) {
-    j = nlohmann::json::parse(payload, nullptr, false);
-    if (j.is_object() && j.value("seq", uint64_t{0}) == r.seq) return true;
-    close_all(fds, count);
-    return false;
-  }
-  // The chunks of a pool_chunk reply: one {"id"} and its fd, or (a batch) {"ids"} and an fd
-  // per id. False, every fd closed, when they do not match.
-  static bool take_chunks(Replies& r, const nlohmann::json& j, const int* fds, size_t count) {
-    std::vector<uint64_t> ids;
-    if (j.contains("ids") && j["ids"].is_array()) {
-      for (const auto& id : j["ids"])
-        if (id.is_number_unsigned()) ids.push_back(id.get<uint64_t>());
-    } else if (j.contains("id") && j["id"].is_number_unsigned()) {
-      ids.push_back(j["id"].get<uint64_t>());
-    }
-    if (!count || ids.size() != count) return close_all(fds, count), false;
-    for (size_t i = 0; i < count; ++i) r.chunks.push_back(GrantedChunk{fds[i], ids[i]});
-    return true;
+  // The reply `m` of type T to this request; false when it is another type, not a valid one
+  // (msg::decode), or an earlier request's: such a reply is dropped.
+  template <class T>
+  static bool decoded(const Replies& r, uint32_t type, const std::string& payload, T& m) {
+    msg::Refusal invalid;
+    return type == static_cast<uint32_t>(T::type) && msg::decode(payload, m, invalid) && m.seq == r.seq;
   }
 
  public:
@@ -206,25 +192,28 @@ class DaemonBroker final : public memory::PoolBroker {
     replies.seq = ++seq_;
     auto on_reply = [](uint32_t type, const std::string& payload, const int* fds, size_t count, void* user) {
       auto& r = *static_cast<Replies*>(user);
-      nlohmann::json j;
-      if (!ours(r, payload, fds, count, j)) return true;  // keep reading for ours
-      if (type == static_cast<uint32_t>(MessageType::pool_chunk)) {
-        take_chunks(r, j, fds, count);
-        return true;
+      // pool_chunk: one {"id"} and its fd, or (a batch) {"ids"} and an fd per id; every fd is
+      // closed when they do not match.
+      if (msg::PoolChunk chunk; decoded(r, type, payload, chunk)) {
+        if (!count || chunk.ids.size() != count) close_all(fds, count);
+        else
+          for (size_t i = 0; i < count; ++i) r.chunks.push_back(GrantedChunk{fds[i], chunk.ids[i]});
+        return true;  // more chunks, then pool_granted
       }
       close_all(fds, count);
-      if (type == static_cast<uint32_t>(MessageType::pool_granted) && j.value("short_bytes", 0ull))
-        r.reason = j.value("reason", std::string());
-      return false;  // pool_granted (or anything unexpected) ends the answer
+      msg::PoolGranted granted;
+      if (!decoded(r, type, payload, granted)) return true;  // keep reading for ours
+      if (granted.short_bytes) r.reason = granted.reason;
+      return false;  // pool_granted ends the answer
     };
     int wait_ms = static_cast<int>(setting_ns(SettingId::TANDEM_MEM_HANDOVER_MS) / kNsPerMs);
     // "batch": many chunks to a message (a handover's cost does not grow a message per chunk).
-    nlohmann::json request = {{"bytes", bytes}, {"chunk_bytes", chunk_bytes}, {"seq", replies.seq},
-                              {"wait_ms", wait_ms}, {"batch", true}};
+    const std::string request =
+        msg::encode(msg::PoolAcquire{bytes, chunk_bytes, replies.seq, static_cast<uint64_t>(wait_ms), true});
+    if (request.empty()) return {};
     int timeout_ms = wait_ms + 1000;  // tandemd answers by wait_ms
     uint64_t start = monotonic_ns();
-    daemon_exchange(static_cast<uint32_t>(MessageType::pool_acquire), request.dump(), -1, timeout_ms, on_reply,
-                    &replies);
+    daemon_exchange(static_cast<uint32_t>(MessageType::pool_acquire), request, -1, timeout_ms, on_reply, &replies);
     TANDEM_LOG_DEBUG("memory pool: asked tandemd for {} MiB, got {} chunks in {:.2f} ms", bytes >> 20,
                      replies.chunks.size(), static_cast<double>(monotonic_ns() - start) / 1e6);
     if (!replies.reason.empty()) TANDEM_LOG_INFO("memory pool: tandemd is short: {}", replies.reason);
@@ -236,29 +225,30 @@ class DaemonBroker final : public memory::PoolBroker {
     replies.seq = ++seq_;
     auto on_reply = [](uint32_t type, const std::string& payload, const int* fds, size_t count, void* user) {
       auto& r = *static_cast<Replies*>(user);
-      nlohmann::json j;
-      if (!ours(r, payload, fds, count, j)) return true;
       close_all(fds, count);
-      if (type == static_cast<uint32_t>(MessageType::pool_registered)) r.id = j.value("id", uint64_t{0});
+      msg::PoolRegistered registered;
+      if (!decoded(r, type, payload, registered)) return true;
+      r.id = registered.id;
       return false;
     };
-    daemon_exchange(static_cast<uint32_t>(MessageType::pool_register),
-                    nlohmann::json{{"bytes", bytes}, {"seq", replies.seq}}.dump(), fd, 2000, on_reply, &replies);
+    const std::string request = msg::encode(msg::PoolRegister{bytes, replies.seq});
+    if (request.empty()) return 0;
+    daemon_exchange(static_cast<uint32_t>(MessageType::pool_register), request, fd, 2000, on_reply, &replies);
     return replies.id;
   }
 
   void release(const std::vector<uint64_t>& ids) override {
     Replies replies;
     replies.seq = ++seq_;
-    auto on_reply = [](uint32_t, const std::string& payload, const int* fds, size_t count, void* user) {
-      nlohmann::json j;
-      if (!ours(*static_cast<Replies*>(user), payload, fds, count, j)) return true;
+    auto on_reply = [](uint32_t type, const std::string& payload, const int* fds, size_t count, void* user) {
       close_all(fds, count);
-      return false;
+      msg::PoolReleased released;
+      return !decoded(*static_cast<Replies*>(user), type, payload, released);
     };
     // Not linked (tandemd went away): its descriptors went with it; the chunks are gone.
-    daemon_exchange(static_cast<uint32_t>(MessageType::pool_release),
-                    nlohmann::json{{"ids", ids}, {"seq", replies.seq}}.dump(), -1, 2000, on_reply, &replies);
+    const std::string request = msg::encode(msg::PoolRelease{ids, replies.seq});
+    if (request.empty()) return;
+    daemon_exchange(static_cast<uint32_t>(MessageType::pool_release), request, -1, 2000, on_reply, &replies);
   }
 };
 

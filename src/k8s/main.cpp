@@ -191,7 +191,8 @@ int main(int argc, char** argv) {
       std::string reply, why;
       std::optional<NodeReport> report;
       // One request, a reply within the poll period: tandemd is never waited on for longer.
-      if (tandem::ctl::try_ask(tandemd_socket, tandem::MessageType::status_request, "{}",
+      if (tandem::ctl::try_ask(tandemd_socket, tandem::MessageType::status_request,
+                               tandem::msg::encode(tandem::msg::StatusRequest{}),
                                tandem::MessageType::status_reply, poll_ms, reply, why))
         report = parse_node_report(reply, why);
       if (report) tandemd_said.info_if_changed("tandemd answers again on " + tandemd_socket);

@@ -1,6 +1,6 @@
 // What tandem-device-plugin reads from tandemd's status document (`tandemctl status --json`;
 // docs/kubernetes.md): the slots' configuration ("kubernetes_slots") and each GPU's capacity
-// ("capacity", src/scheduler/capacity_status.h). Parsed without trusting the document: a field
+// ("capacity", src/daemon/capacity_status.h). Parsed without trusting the document: a field
 // missing or of the wrong type makes the whole report unusable, and the plugin treats tandemd
 // as silent (no free slot offered once that lasts).
 #pragma once

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "gpu_usage.h"
-#include "slot_config.h"
+#include "slot_config_types.h"
 
 namespace tandem::scheduler {
 

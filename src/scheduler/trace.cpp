@@ -1,9 +1,5 @@
 #include "trace.h"
 
-#include <nlohmann/json.hpp>
-
-#include "json_text.h"
-
 namespace tandem::scheduler {
 
 void Trace::add(const TraceEvent& e) {
@@ -12,34 +8,12 @@ void Trace::add(const TraceEvent& e) {
   if (events_.size() > kMaxEvents) events_.pop_front();
 }
 
-std::string Trace::chrome_json(uint64_t since_ns, const std::string& gpu) const {
+std::vector<TraceEvent> Trace::events_since(uint64_t since_ns) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  nlohmann::json events = nlohmann::json::array();
-  auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1000.0; };
-  uint64_t bubble_start = 0;
-  for (const TraceEvent& e : events_) {
-    if (e.t_ns < since_ns) continue;
-    switch (e.kind) {
-      case 'B': bubble_start = e.t_ns; break;
-      case 'E':
-        if (bubble_start)
-          events.push_back({{"name", "bubble"}, {"ph", "X"}, {"ts", us(bubble_start)},
-                            {"dur", us(e.t_ns - bubble_start)}, {"pid", "GPU " + gpu}, {"tid", "training"}});
-        bubble_start = 0;
-        break;
-      case 'G':
-      case 'R':
-        events.push_back({{"name", e.kind == 'G' ? "tokens granted" : "tokens revoked"}, {"ph", "i"},
-                          {"s", "t"}, {"ts", us(e.t_ns)}, {"pid", "GPU " + gpu},
-                          {"tid", "filler " + std::to_string(e.pid)}, {"args", {{"ns", e.value}}}});
-        break;
-      case 'Z':
-        events.push_back({{"name", "iteration start allowed (Zico)"}, {"ph", "i"}, {"s", "t"}, {"ts", us(e.t_ns)},
-                          {"pid", "GPU " + gpu}, {"tid", "training " + std::to_string(e.pid)}});
-        break;
-    }
-  }
-  return json_text(nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}});
+  std::vector<TraceEvent> out;
+  for (const TraceEvent& e : events_)
+    if (e.t_ns >= since_ns) out.push_back(e);
+  return out;
 }
 
 }  // namespace tandem::scheduler

@@ -1,10 +1,11 @@
-// A bounded in-memory record of what the scheduler did, served to `tandemctl trace` and
-// written as a Chrome/Perfetto trace (training busy and bubble intervals, token grants).
+// A bounded in-memory record of what the scheduler did (training busy and bubble intervals,
+// token grants), served to `tandemctl trace` as a Chrome/Perfetto trace by the daemon
+// (src/daemon/trace_json.h).
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <mutex>
-#include <string>
+#include <vector>
 
 namespace tandem::scheduler {
 
@@ -20,8 +21,8 @@ class Trace {
  public:
   static constexpr size_t kMaxEvents = 200000;
   void add(const TraceEvent& e);
-  // Events in [since_ns, now] as Chrome trace JSON (ui.perfetto.dev opens it).
-  std::string chrome_json(uint64_t since_ns, const std::string& gpu) const;
+  // The events at or after `since_ns`, oldest first.
+  std::vector<TraceEvent> events_since(uint64_t since_ns) const;
 
  private:
   mutable std::mutex mutex_;

@@ -2,7 +2,11 @@
 // three clients, each a socketpair whose far end the server adopts as accept would. The input
 // is a script of steps (below); after every step the daemon's invariants are checked, its
 // replies must be well-formed frames, and after the last step, with every client gone and
-// the server destroyed, no descriptor may be left open.
+// the server destroyed, no descriptor may be left open. Every framed message also goes to the
+// decoder alone (src/common/messages.h), where tandemd reads each request before dispatching
+// it: a request it accepts must encode and decode back to the same message (what the clients
+// send is what tandemd reads), a refusal must carry an errno and a reason, and the clients'
+// decoders of tandemd's replies take the same bytes.
 //
 // Step: an opcode byte, then its operands.
 //   op & 3 == 0  a framed message: type byte (0xFF: 0xFFFF), length (2 bytes LE, clamped to
@@ -26,9 +30,11 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "log.h"
+#include "messages.h"
 #include "protocol.h"
 #include "server.h"
 #include "settings.h"
@@ -106,6 +112,39 @@ struct FuzzClient {
   std::string replies;  // bytes from the daemon not yet cut into frames
 };
 
+// A client's decoder of one reply type on hostile bytes: what it accepts, re-encoded, is a
+// message it accepts again.
+template <class Reply>
+void check_reply_decoder(const std::string& payload) {
+  Reply reply;
+  msg::Refusal why;
+  if (!msg::decode(payload, reply, why)) return;
+  std::string again = msg::encode(reply);
+  if (!msg::decode(again, reply, why)) fail("a reply decoder refuses its own encoding: " + why.message + ": " + again);
+}
+
+void check_decoder(uint32_t type, const std::string& payload) {
+  msg::Request request;
+  msg::Refusal why;
+  if (!msg::decode_request(type, payload, request, why)) {
+    if (why.error_number <= 0 || why.message.empty()) fail("a refusal without an errno or a reason");
+  } else {
+    std::string again = std::visit([](const auto& m) { return msg::encode(m); }, request);
+    msg::Request back;
+    if (!msg::decode_request(type, again, back, why))
+      fail("the decoder refuses its own encoding: " + why.message + ": " + again);
+    if (!(back == request))
+      fail("a request changes through encode and decode: " + payload.substr(0, 200) + " -> " + again);
+  }
+  check_reply_decoder<msg::HelloOk>(payload);
+  check_reply_decoder<msg::QuotaReply>(payload);
+  check_reply_decoder<msg::PoolChunk>(payload);
+  check_reply_decoder<msg::PoolGranted>(payload);
+  check_reply_decoder<msg::PoolRegistered>(payload);
+  check_reply_decoder<msg::PoolReleased>(payload);
+  check_reply_decoder<msg::Error>(payload);
+}
+
 class Session {
  public:
   Session() : server_(scheduler::ServerOptions{"", "fill", {}}) {}
@@ -119,6 +158,7 @@ class Session {
           uint8_t type_byte = in.byte();
           uint32_t type = type_byte == 0xFF ? 0xFFFF : type_byte;
           std::string payload = with_pid(in.bytes(in.u16()));
+          check_decoder(type, payload);
           MessageHeader h{type, static_cast<uint32_t>(payload.size())};
           send(c, std::string(reinterpret_cast<const char*>(&h), sizeof h) + payload, op >> 4);
           break;

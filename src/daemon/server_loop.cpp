@@ -17,6 +17,8 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <type_traits>
+#include <variant>
 
 #include "daemon_limits.h"
 #include "log.h"
@@ -204,7 +206,7 @@ void Server::accept_clients() {
                         cap.connections, cap.connections_per_uid);
       cap_refusal_logged_ = true;
       // A fresh socket's buffer takes the short error: the client learns why.
-      send_message(fd, MessageType::error, error_payload(EUSERS, "too many connections to tandemd"));
+      send_message(fd, MessageType::error, msg::encode(msg::Error{EUSERS, "too many connections to tandemd"}));
       if (peer.pidfd >= 0) close(peer.pidfd);
       close(fd);
       continue;
@@ -271,7 +273,7 @@ bool Server::reply(Client& client, MessageType type, const std::string& payload)
 }
 
 bool Server::reply_error(Client& client, int error_number, const std::string& message) {
-  return reply(client, MessageType::error, error_payload(error_number, message));
+  return reply(client, MessageType::error, msg::encode(msg::Error{error_number, message}));
 }
 
 void Server::reap_closing() {
@@ -373,20 +375,38 @@ void Server::handle_messages(Client& client) {
 }
 
 bool Server::handle(Client& client, const MessageHeader& header, const std::string& payload) {
-  // A handler that throws (a JSON field of the wrong type, a failed allocation) answers this
-  // client with an error; it must never take the daemon, and everyone else, down.
+  // A handler that throws (a failed allocation) answers this client with an error; it must
+  // never take the daemon, and everyone else, down.
   try {
-    switch (static_cast<MessageType>(header.type)) {
-      case MessageType::hello: return handle_hello(client, payload);
-      case MessageType::status_request: return reply(client, MessageType::status_reply, status_json());
-      case MessageType::trace_request: return handle_trace(client, payload);
-      case MessageType::quota_request: return handle_quota(client, payload);
-      case MessageType::pool_register: return handle_pool_register(client, payload);
-      case MessageType::pool_acquire: return handle_pool_acquire(client, payload);
-      case MessageType::pool_release: return handle_pool_release(client, payload);
-      default:
-        return reply_error(client, EBADMSG, "unknown message type " + std::to_string(header.type));
+    // Decode, then dispatch: a handler sees only a valid message of its type (messages.h).
+    msg::Request request;
+    msg::Refusal why;
+    const bool valid = msg::decode_request(header.type, payload, request, why);
+    // A pool_register's descriptor travels with it: taken with the message, valid or not.
+    int fd = -1;
+    if (header.type == static_cast<uint32_t>(MessageType::pool_register) && !client.passed_fds.empty()) {
+      fd = client.passed_fds.front();
+      client.passed_fds.pop_front();
     }
+    if (!valid) {
+      if (fd >= 0) close(fd);
+      return reply_error(client, why.error_number, why.message);
+    }
+    return std::visit(
+        [&](const auto& m) -> bool {
+          using T = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<T, msg::Hello>) return handle_hello(client, m);
+          else if constexpr (std::is_same_v<T, msg::TraceRequest>) return handle_trace(client, m);
+          else if constexpr (std::is_same_v<T, msg::QuotaRequest>) return handle_quota(client, m);
+          else if constexpr (std::is_same_v<T, msg::PoolRegister>) return handle_pool_register(client, m, fd);
+          else if constexpr (std::is_same_v<T, msg::PoolAcquire>) return handle_pool_acquire(client, m);
+          else if constexpr (std::is_same_v<T, msg::PoolRelease>) return handle_pool_release(client, m);
+          else {
+            static_assert(std::is_same_v<T, msg::StatusRequest>, "a request without a handler");
+            return reply(client, MessageType::status_reply, status_json());
+          }
+        },
+        request);
   } catch (const std::exception& e) {
     TANDEM_LOG_WARN("client pid {}: message type {}: {}", client.pid, header.type, e.what());
     return reply_error(client, EINVAL, e.what());

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "slot_config.h"
 #include "tandem/shm_abi.h"
 
 namespace tandem::scheduler {

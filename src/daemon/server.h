@@ -1,5 +1,6 @@
 // tandemd's socket server: a single-threaded poll loop over the listening UNIX socket and
-// its clients, one handler per message type. Malformed input gets an error reply or a
+// its clients. Each message is decoded and checked first (messages.h), then dispatched to its
+// type's handler, which receives the typed message. Malformed input gets an error reply or a
 // disconnect; the daemon keeps serving everyone else. A hostile local client can neither
 // stall the loop (bounded work per client per turn, the tick first), nor exhaust it (the
 // caps in daemon_limits.h), nor crash it: handlers only mark a client closing, and the loop alone
@@ -18,6 +19,7 @@
 #include "gpu_scheduler.h"
 #include "job_hold.h"
 #include "memory_pool.h"
+#include "messages.h"
 #include "metrics_exposition.h"
 #include "metrics_http.h"
 #include "registry.h"
@@ -88,6 +90,7 @@ class Server {
   // Reads what the socket has, within the turn's byte budget. False: the peer is gone.
   bool read_input(Client& client);
   void handle_messages(Client& client);
+  // Decodes the message, then dispatches the typed request (or answers why it is refused).
   bool handle(Client& client, const MessageHeader& header, const std::string& payload);
   // Queue a reply and write what the socket takes now. False (and the client marked
   // closing): the client does not read its replies, or is gone.
@@ -97,13 +100,14 @@ class Server {
   static bool close_later(Client& client);
   void drop_stalled_clients(uint64_t now_ns);
   void reap_closing();
-  bool handle_hello(Client& client, const std::string& payload);
-  bool handle_trace(Client& client, const std::string& payload);
-  bool handle_quota(Client& client, const std::string& payload);
-  // The memory pool (server_pool.cpp).
-  bool handle_pool_register(Client& client, const std::string& payload);
-  bool handle_pool_acquire(Client& client, const std::string& payload);
-  bool handle_pool_release(Client& client, const std::string& payload);
+  bool handle_hello(Client& client, const msg::Hello& hello);
+  bool handle_trace(Client& client, const msg::TraceRequest& request);
+  bool handle_quota(Client& client, const msg::QuotaRequest& request);
+  // The memory pool (server_pool.cpp). A pool_register's descriptor (-1: none came) is the
+  // handler's to keep or close.
+  bool handle_pool_register(Client& client, const msg::PoolRegister& request, int fd);
+  bool handle_pool_acquire(Client& client, const msg::PoolAcquire& request);
+  bool handle_pool_release(Client& client, const msg::PoolRelease& request);
   bool send_chunks(Client& client, const std::vector<const PoolChunk*>& chunks, uint64_t seq, bool batch);
   // Serves waiting acquisitions from free chunks; answers those past their deadline.
   void serve_pool_waits(uint64_t now_ns);

@@ -57,7 +57,4 @@ struct AccessPolicy {
   std::string trust_domain(const PeerIdentity& who) const;
 };
 
-// The roles a client may name in its hello.
-bool is_known_role(const std::string& role);
-
 }  // namespace tandem::scheduler

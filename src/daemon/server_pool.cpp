@@ -8,8 +8,6 @@
 
 #include "daemon_limits.h"
 #include "futex.h"
-#include "json_fields.h"
-#include "json_text.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -26,29 +24,14 @@ uint64_t setting_bytes(SettingId id) {
 uint64_t watermark() { return setting_bytes(SettingId::TANDEM_MEM_WATERMARK); }
 uint64_t pool_chunk_bytes() { return setting_bytes(SettingId::TANDEM_MEM_CHUNK); }
 
-nlohmann::json parse_object(const std::string& payload) {
-  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
-  return j.is_object() ? j : nlohmann::json();
-}
-
 }  // namespace
 
-bool Server::handle_pool_register(Client& client, const std::string& payload) {
-  nlohmann::json j = parse_object(payload);
-  int fd = -1;
-  if (!client.passed_fds.empty()) {
-    fd = client.passed_fds.front();
-    client.passed_fds.pop_front();
-  }
+bool Server::handle_pool_register(Client& client, const msg::PoolRegister& request, int fd) {
   if (client.slot < 0) {
     if (fd >= 0) close(fd);
     return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
   }
-  std::optional<uint64_t> bytes = uint_field(j, "bytes"), seq = uint_field(j, "seq");
-  if (fd < 0 || !bytes || !*bytes || !seq) {
-    if (fd >= 0) close(fd);
-    return reply_error(client, EINVAL, "pool_register needs {\"bytes\": int} and the chunk's descriptor");
-  }
+  if (fd < 0) return reply_error(client, EINVAL, "pool_register needs {\"bytes\": int} and the chunk's descriptor");
   if (client.chunks_registered >= options_.limits.chunks_per_client || pool_.size() >= options_.limits.pool_chunks) {
     close(fd);
     return reply_error(client, ENOSPC, "the pool holds as many chunks as tandemd keeps (" +
@@ -56,9 +39,9 @@ bool Server::handle_pool_register(Client& client, const std::string& payload) {
                                            std::to_string(options_.limits.pool_chunks) + " in all)");
   }
   ++client.chunks_registered;
-  uint64_t id = pool_.add(fd, *bytes, client.gpu, client.id, client.trust_domain);
-  TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, *bytes);
-  return reply(client, MessageType::pool_registered, json_text(nlohmann::json{{"id", id}, {"seq", *seq}}));
+  uint64_t id = pool_.add(fd, request.bytes, client.gpu, client.id, client.trust_domain);
+  TANDEM_LOG_DEBUG("pid {} registered pool chunk {} ({} bytes)", client.pid, id, request.bytes);
+  return reply(client, MessageType::pool_registered, msg::encode(msg::PoolRegistered{id, request.seq}));
 }
 
 // Descriptors need sendmsg: written directly, after every queued reply (the client asks one
@@ -72,27 +55,22 @@ bool Server::send_chunks(Client& client, const std::vector<const PoolChunk*>& ch
   for (size_t at = 0; at < chunks.size(); at += per_message) {
     size_t n = std::min(per_message, chunks.size() - at);
     std::vector<int> fds;
-    nlohmann::json ids = nlohmann::json::array();
+    msg::PoolChunk body{{}, seq, batch};
     for (size_t i = at; i < at + n; ++i) {
       fds.push_back(chunks[i]->fd);
-      ids.push_back(chunks[i]->id);
+      body.ids.push_back(chunks[i]->id);
     }
-    nlohmann::json body = batch ? nlohmann::json{{"ids", ids}, {"seq", seq}} : nlohmann::json{{"id", ids[0]}, {"seq", seq}};
-    if (!client.out.empty() || !send_message_with_fds(client.fd, MessageType::pool_chunk, json_text(body), fds.data(), n))
+    if (!client.out.empty() ||
+        !send_message_with_fds(client.fd, MessageType::pool_chunk, msg::encode(body), fds.data(), n))
       return false;
   }
   return true;
 }
 
-bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
-  nlohmann::json j = parse_object(payload);
-  std::optional<uint64_t> bytes_field = uint_field(j, "bytes"), chunk_field = uint_field(j, "chunk_bytes"),
-                          seq_field = uint_field(j, "seq"), wait_field = uint_field(j, "wait_ms", 1000);
+bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request) {
   if (client.slot < 0) return reply_error(client, EPERM, "only a registered process with a GPU may pool memory");
-  if (!bytes_field || !*bytes_field || !chunk_field || !*chunk_field || !seq_field || !wait_field)
-    return reply_error(client, EINVAL, "pool_acquire needs {\"bytes\": int, \"chunk_bytes\": int}");
-  uint64_t bytes = *bytes_field, chunk = *chunk_field, seq = *seq_field;
-  const bool batch = j.contains("batch") && j["batch"].is_boolean() && j["batch"].get<bool>();
+  const uint64_t bytes = request.bytes, chunk = request.chunk_bytes, seq = request.seq;
+  const bool batch = request.batch;
   // One waiting acquisition per client: each costs a look at the pool every tick.
   if (std::any_of(pool_waits_.begin(), pool_waits_.end(), [&](const PoolWait& w) { return w.client == client.id; }))
     return reply_error(client, EBUSY, "an acquisition of this client is already waiting");
@@ -107,8 +85,7 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
     if (uint64_t elsewhere = count < wanted ? pool_.free_bytes_outside(client.gpu, chunk, client.trust_domain) : 0)
       reason += " (" + std::to_string(elsewhere >> 20) + " MiB free belong to other trust domains: not shared)";
     return reply(client, MessageType::pool_granted,
-                 json_text(nlohmann::json{{"chunks", count}, {"short_bytes", (wanted - count) * chunk}, {"reason", reason},
-                                {"seq", seq}}));
+                 msg::encode(msg::PoolGranted{count, (wanted - count) * chunk, reason, seq, std::nullopt}));
   };
   if (n == wanted) return granted(n, "");
   // Only online inference takes memory from training; the others make chunks of their own
@@ -135,19 +112,14 @@ bool Server::handle_pool_acquire(Client& client, const std::string& payload) {
     return granted(n, "training has nothing left to give");
   }
   uint64_t now = monotonic_ns();
-  uint64_t wait_ms = std::min<uint64_t>(*wait_field, setting_ns(SettingId::TANDEM_MEM_HANDOVER_MS) / kNsPerMs);
+  uint64_t wait_ms = std::min<uint64_t>(request.wait_ms, setting_ns(SettingId::TANDEM_MEM_HANDOVER_MS) / kNsPerMs);
   pool_waits_.push_back(PoolWait{client.id, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull, batch});
   return true;
 }
 
-bool Server::handle_pool_release(Client& client, const std::string& payload) {
-  nlohmann::json j = parse_object(payload);
-  std::optional<uint64_t> seq = uint_field(j, "seq");
-  if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array() || !seq ||
-      !std::all_of(j["ids"].begin(), j["ids"].end(), [](const nlohmann::json& id) { return id.is_number_unsigned(); }))
-    return reply_error(client, EINVAL, "pool_release needs {\"ids\": [int]}");
-  uint32_t n = pool_.release(client.id, j["ids"].get<std::vector<uint64_t>>());
-  if (!reply(client, MessageType::pool_released, json_text(nlohmann::json{{"released", n}, {"seq", *seq}})))
+bool Server::handle_pool_release(Client& client, const msg::PoolRelease& request) {
+  uint32_t n = pool_.release(client.id, request.ids);
+  if (!reply(client, MessageType::pool_released, msg::encode(msg::PoolReleased{n, request.seq})))
     return false;
   // May mark other clients closing (the loop reaps them after this turn), never destroys one:
   // `client` stays valid here.
@@ -188,8 +160,7 @@ void Server::serve_pool_waits(uint64_t now_ns) {
           TANDEM_LOG_WARN("memory policy: inference pid {}: {}", c->pid, reason);
         }
         reply(*c, MessageType::pool_granted,
-              json_text(nlohmann::json{{"chunks", w.given}, {"short_bytes", (w.wanted - w.given) * w.chunk_bytes},
-                             {"reason", reason}, {"seq", w.seq}, {"waited_ms", ms}}));
+              msg::encode(msg::PoolGranted{w.given, (w.wanted - w.given) * w.chunk_bytes, reason, w.seq, ms}));
         finished = true;
       }
     }

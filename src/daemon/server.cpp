@@ -17,11 +17,12 @@
 #include "capacity_status.h"
 #include "daemon_limits.h"
 #include "futex.h"
-#include "json_fields.h"
 #include "json_text.h"
 #include "log.h"
 #include "settings.h"
 #include "slo_status.h"
+#include "slot_config.h"
+#include "trace_json.h"
 
 #ifndef TANDEM_VERSION_STRING
 #define TANDEM_VERSION_STRING "0.0.0"
@@ -35,25 +36,11 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-bool Server::handle_hello(Client& client, const std::string& payload) {
-  // The identity is the connection's (SO_PEERCRED); a "pid" in the hello is the client's own
-  // view, which differs in a container's PID namespace, and is ignored.
-  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return reply_error(client, EINVAL, "hello needs a JSON object");
-  std::string role = j.value("role", std::string("none"));
-  if (!is_known_role(role)) return reply_error(client, EINVAL, "unknown role '" + role + "'");
-  std::string uuid = j.value("gpu", std::string());
-  std::optional<uint64_t> total = uint_field(j, "gpu_total_bytes");
-  if (!total) return reply_error(client, EINVAL, "gpu_total_bytes must be an unsigned integer");
-  // A training rank of a node-local job (job_hold.h): the job's name and its number of ranks.
-  std::optional<uint64_t> job_ranks = uint_field(j, "job_ranks");
-  const nlohmann::json* job = j.contains("job") ? &j["job"] : nullptr;
-  if (job && (role != "training" || !job->is_string() || job->get_ref<const std::string&>().empty() ||
-              job->get_ref<const std::string&>().size() > limits::kMaxJobName))
-    return reply_error(client, EINVAL, "job must be a training process's non-empty string of at most " +
-                                           std::to_string(limits::kMaxJobName) + " bytes");
-  if (!job_ranks || (job && (*job_ranks < 2 || *job_ranks > limits::kMaxJobRanks)))
-    return reply_error(client, EINVAL, "job_ranks must be an integer from 2 to " + std::to_string(limits::kMaxJobRanks));
+bool Server::handle_hello(Client& client, const msg::Hello& hello) {
+  // The identity is the connection's (SO_PEERCRED); the hello's pid is the client's own view,
+  // which differs in a container's PID namespace, and is ignored.
+  const std::string& role = hello.role;
+  const std::string& uuid = hello.gpu;
   if (client.registered) return reply_error(client, EALREADY, "already registered");
   if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
   if (std::string why = options_.access.refusal(client.peer, role); !why.empty()) {
@@ -63,10 +50,8 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   if (role == "none" || uuid.empty()) {
     client.role = role;
     client.registered = true;
-    return reply(client, MessageType::hello_ok, json_text(nlohmann::json{{"slot", -1}}));
+    return reply(client, MessageType::hello_ok, msg::encode(msg::HelloOk{}));
   }
-  if (uuid.size() != 32 || uuid.find_first_not_of("0123456789abcdef") != std::string::npos)
-    return reply_error(client, EINVAL, "gpu must be a 32-digit lowercase hex UUID");
   if (client.pid <= 0 || client.pidfd < 0)
     return reply_error(client, EPERM, "tandemd cannot see this process (a PID namespace outside its own)");
   if (uint32_t cap = options_.access.slot_cap(client.peer, daemon_uid_)) {
@@ -78,9 +63,7 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   }
   GpuScheduler* g = gpu_for_hello(uuid);
   if (!g) return reply_error(client, ENOSPC, "tandemd tracks " + std::to_string(options_.limits.gpus) + " GPUs, all in use");
-  uint32_t code = role == "training" ? TANDEM_ROLE_TRAINING
-                  : role == "inference" ? TANDEM_ROLE_INFERENCE : TANDEM_ROLE_BATCH_INFERENCE;
-  int slot = g && g->segment().ok() ? g->segment().claim(client.pid, code) : -1;
+  int slot = g && g->segment().ok() ? g->segment().claim(client.pid, msg::role_code(role)) : -1;
   if (slot < 0) {
     release_gpu_if_unused(uuid);
     return reply_error(client, ENOSPC, "no free client slot on GPU " + uuid);
@@ -90,10 +73,10 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   client.registered = true;  // only now: a refused hello may be retried
   client.gpu = uuid;
   client.slot = slot;
-  if (job) {
+  if (!hello.job.empty()) {
     // Only ranks of one user form a job: another user's process cannot hold (or release) it.
-    client.job = std::to_string(client.uid) + "/" + job->get<std::string>();
-    client.job_ranks = static_cast<uint32_t>(*job_ranks);
+    client.job = std::to_string(client.uid) + "/" + hello.job;
+    client.job_ranks = static_cast<uint32_t>(hello.job_ranks);
   }
   // The GPU's size (for N% quotas and the admission check) comes from a client: the first
   // report is kept, except that one from a client trusted with a protected role replaces one
@@ -101,41 +84,31 @@ bool Server::handle_hello(Client& client, const std::string& payload) {
   bool trusted = options_.access.refusal(client.peer, "training").empty() ||
                  options_.access.refusal(client.peer, "inference").empty();
   bool& known_trusted = gpu_total_trusted_[uuid];
-  if (*total && (!g->segment().shm()->gpu_total_bytes || (trusted && !known_trusted))) {
-    g->segment().shm()->gpu_total_bytes = *total;
+  if (hello.gpu_total_bytes && (!g->segment().shm()->gpu_total_bytes || (trusted && !known_trusted))) {
+    g->segment().shm()->gpu_total_bytes = hello.gpu_total_bytes;
     known_trusted = trusted;
   }
   TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
-  nlohmann::json ok = {{"slot", slot}, {"sample_us", options_.scheduler.period_ns / 1000}};
+  const msg::HelloOk ok{slot, options_.scheduler.period_ns / 1000};
   // The descriptors (the GPU's sealed, read-only segment, then the client's own page) need
   // their own sendmsg: sent directly, after every queued reply (checked above), on the
   // non-blocking socket; a client whose socket cannot take them is dropped.
   const int fds[2] = {g->segment().fd(), g->segment().page_fd(slot)};
-  return send_message_with_fds(client.fd, MessageType::hello_ok, json_text(ok), fds, 2);
+  return send_message_with_fds(client.fd, MessageType::hello_ok, msg::encode(ok), fds, 2);
 }
 
-bool Server::handle_trace(Client& client, const std::string& payload) {
-  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
-  std::optional<uint64_t> since = uint_field(j, "since_ns");
-  if (!since) return reply_error(client, EINVAL, "since_ns must be an unsigned integer");
+bool Server::handle_trace(Client& client, const msg::TraceRequest& request) {
   nlohmann::json gpus = nlohmann::json::object();
-  for (auto& [uuid, g] : gpus_) gpus[uuid] = nlohmann::json::parse(g->trace().chrome_json(*since, uuid.substr(0, 8)));
+  for (auto& [uuid, g] : gpus_) gpus[uuid] = chrome_trace(g->trace(), request.since_ns, uuid.substr(0, 8));
   return reply(client, MessageType::trace_reply, json_text(nlohmann::json{{"now_ns", monotonic_ns()}, {"gpus", gpus}}));
 }
 
 // Sets (or clears) a registered process's memory quota. Its library reads the slot at each
 // allocation, so the quota holds from the next one; memory already held is not taken back.
 // Only the process's own user or a quota admin (root and tandemd's uid unless configured) may.
-bool Server::handle_quota(Client& client, const std::string& payload) {
-  nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer() ||
-      !j.contains("size") || !j["size"].is_string())
-    return reply_error(client, EINVAL, "a quota request needs {\"pid\": int, \"size\": str}");
-  long pid = j["pid"].get<long>();
-  std::string text = j["size"].get<std::string>();
-  MemorySize size;
-  if (!parse_memory_size(text.c_str(), size))
-    return reply_error(client, EINVAL, "size '" + text + "': give bytes with a K/M/G/T suffix, or N% of the GPU");
+bool Server::handle_quota(Client& client, const msg::QuotaRequest& request) {
+  const int64_t pid = request.pid;
+  const MemorySize& size = request.parsed;
   for (const auto& [fd, c] : registry_.clients()) {
     if (c.pid != pid || c.slot < 0) continue;
     if (std::string why = options_.access.quota_refusal(client.peer, c.uid); !why.empty())
@@ -148,8 +121,7 @@ bool Server::handle_quota(Client& client, const std::string& payload) {
     __atomic_store_n(&shm->slots[c.slot].assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
     futex_bump_and_wake(&shm->slots[c.slot].memory_wake);  // a lowered quota is answered at once
     TANDEM_LOG_INFO("memory quota of pid {} set to {} bytes by pid {}", pid, bytes, client.pid);
-    return reply(client, MessageType::quota_reply,
-                        json_text(nlohmann::json{{"pid", pid}, {"bytes", bytes}, {"gpu", c.gpu}}));
+    return reply(client, MessageType::quota_reply, msg::encode(msg::QuotaReply{pid, bytes, c.gpu}));
   }
   return reply_error(client, ESRCH, "pid " + std::to_string(pid) + " is not a registered client with a GPU");
 }

@@ -18,10 +18,6 @@ std::string Principals::describe() const {
   return out.empty() ? "nobody" : out;
 }
 
-bool is_known_role(const std::string& role) {
-  return role == "none" || role == "training" || role == "inference" || role == "batch-inference";
-}
-
 void AccessPolicy::finalize(uid_t daemon_uid, gid_t socket_gid) {
   Principals trusted;
   trusted.uids = {daemon_uid};
