@@ -1,5 +1,5 @@
 // tandemctl settings: the table of TANDEM_* settings (src/common/settings_table.def), as text,
-// markdown (README's table) or JSON.
+// markdown (docs/settings.md's table) or JSON.
 #include <cstdio>
 #include <string>
 
