@@ -45,6 +45,12 @@ else
   echo "demo: no GPU found, using the simulated GPU (build/simgpu)"
   export LD_LIBRARY_PATH="$PWD/build/simgpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export SIMGPU_SHM="/simgpu-demo-$$"
+  # The simulated GPUs of earlier demos whose shell is gone (a demo ends in exec, without a trap).
+  for segment in /dev/shm/simgpu-demo-*; do
+    [ -e "$segment" ] || continue
+    pid=${segment#/dev/shm/simgpu-demo-}
+    [ -d "/proc/${pid%%-*}" ] || rm -f "$segment"
+  done
 fi
 out=${TANDEM_DEMO_OUT:-$(mktemp -d /tmp/tandem-demo.XXXXXX)}
 mkdir -p "$out"

@@ -36,7 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import check, wait_for  # noqa: E402
+from e2e_util import check, remove_segments, wait_for  # noqa: E402
 import unit_sandbox  # noqa: E402
 
 SKIP = 77
@@ -317,6 +317,7 @@ def run_unit_case(build):
             d.kill()
             _, err = d.communicate()
         print("tandemd's log:", err[-1500:])
+        remove_segments(f"/simgpu-pkg-{os.getpid()}")  # the simulated GPUs of train-sim and the group members
     check(d.returncode == 0, f"tandemd stopped cleanly on SIGTERM (exit {d.returncode})")
     check(not os.path.exists(sock), "and removed its socket")
 
