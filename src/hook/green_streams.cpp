@@ -29,6 +29,7 @@ struct Target {
   CUstream stream = nullptr;
   uint64_t seen_legacy = 0, seen_blocking = 0;
 };
+constexpr uint64_t kNotSeen = UINT64_MAX;  // a count never reached: the next operation waits
 
 struct AppStream {
   CUstream handle = nullptr;  // as tandem names it: CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, or the handle
@@ -197,7 +198,12 @@ bool switch_to(AppStream& e, int to) noexcept {
   }
   Target& target = to == kHome ? e.home : e.green[to];
   if (!order_after(target.stream, from.stream)) return false;
-  target.seen_legacy = from.seen_legacy, target.seen_blocking = from.seen_blocking;
+  // From home, what the stream has waited for is not known: while nothing is away the fast
+  // path counts no operation, so the legacy and blocking streams may have queued work since its
+  // counters were set (a blocking stream's first green kernel then ran before the legacy
+  // stream's earlier copy: 1 run of 28 of e2e_green_order). Waiting once more is always safe.
+  if (e.current == kHome) target.seen_legacy = target.seen_blocking = kNotSeen;
+  else target.seen_legacy = from.seen_legacy, target.seen_blocking = from.seen_blocking;
   if (e.current == kHome) g_green.word.fetch_add(GreenState::kAway, std::memory_order_relaxed);
   if (to == kHome) g_green.word.fetch_sub(GreenState::kAway, std::memory_order_relaxed);
   e.current = to;
