@@ -75,11 +75,9 @@ void GpuScheduler::set_gates(tandem_shm_header* shm, const std::vector<FillerSta
   }
 }
 
-void GpuScheduler::publish_live_partition(tandem_shm_header* shm, bool slo_training, uint64_t now_ns) {
-  // A request stuck open for 4 times its target is a stuck client's, as for the gate.
-  bool open = std::any_of(online_.begin(), online_.end(), [&](const OnlineClient& o) {
-    return o.requests_open && now_ns < o.activity_ns + 4 * o.slo_ns;
-  });
+void GpuScheduler::publish_live_partition(tandem_shm_header* shm, bool slo_training) {
+  // Stuck clients' requests were cleared by the request holds (request_stuck) this tick.
+  bool open = std::any_of(online_.begin(), online_.end(), [](const OnlineClient& o) { return o.requests_open > 0; });
   uint32_t pct = slo_training && open && slo_.requests_unheld() ? slo_.partition_pct() : 0;
   for (const FillerState& f : training_) {
     __atomic_store_n(&shm->slots[f.id].live_partition, pct, __ATOMIC_RELEASE);
@@ -191,7 +189,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
   }
   // Unheld (a busy server), requests let training run at its duty cycle: not a hold.
   holds_.decided(slo && slo_.gating(), slo && slo_.gating() && holding && !slo_.requests_unheld(), slo_.duty());
-  publish_live_partition(shm, slo && training, now_ns);
+  publish_live_partition(shm, slo && training);
   request_running_ = slo && training && slo_.gating() && holding;
 
   // Without a training job there is nothing to protect: fillers run ungated (unless the slo

@@ -100,7 +100,7 @@ class GpuScheduler {
   void check_admission(tandem_shm_header* shm, uint64_t now_ns);
   // Policy slo under MPS: the SMs each training process keeps while an online request runs
   // (the slot's live_partition), 0 between requests and when not live.
-  void publish_live_partition(tandem_shm_header* shm, bool slo_training, uint64_t now_ns);
+  void publish_live_partition(tandem_shm_header* shm, bool slo_training);
   void set_gates(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint32_t gate);
   void set_inflight_bounds(tandem_shm_header* shm, const std::vector<FillerState>& clients, uint64_t ns);
   // A filler's queue with no training job on the GPU: this many times the in-flight bound.
