@@ -63,7 +63,7 @@ inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, 
     request_launch();
   } else if (g_role == TANDEM_ROLE_TRAINING && kind == KernelKind::nccl &&
              g_notes.work_since_marker.load(std::memory_order_relaxed)) {
-    record_marker_now(green_op_stream(s, per_thread), per_thread);  // where the stream's work is
+    record_marker_before_collective(green_op_stream(s, per_thread), per_thread);  // where the stream's work is
   }
 }
 

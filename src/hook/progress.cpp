@@ -203,6 +203,11 @@ void record_marker_now(CUstream s, bool per_thread) noexcept {
   if (lock.owns_lock()) try_record(s, per_thread);
 }
 
+void record_marker_before_collective(CUstream s, bool per_thread) noexcept {
+  std::lock_guard<std::mutex> lock(g_marker_mutex);
+  try_record(s, per_thread);
+}
+
 void poll_markers_now() noexcept {
   std::unique_lock<std::mutex> lock(g_marker_mutex, std::try_to_lock);
   if (lock.owns_lock()) poll_markers_locked(monotonic_ns());

@@ -34,6 +34,12 @@ void progress_after_fork_child() noexcept;
 // NCCL kernel, so the collective itself counts as a bubble; a launch whose in-flight work is
 // bounded, so its completion is seen early). Non-blocking: skipped when busy.
 void record_marker_now(CUstream s, bool per_thread) noexcept;
+// The same before an NCCL kernel, waiting for the markers' lock (the progress thread holds it
+// for a few event queries): skipped, the work before the collective was covered by no marker
+// (none is put behind a collective, which would make it look busy), its in-flight estimate never
+// fell, and a training launch gated by an in-flight bound waited for it for good (training
+// stalled for seconds in 1 run of 4 to 6 of the realistic MPS workload).
+void record_marker_before_collective(CUstream s, bool per_thread) noexcept;
 
 // Polls the completion markers now (a gated launch waiting for its in-flight work to drop,
 // policy slo): the progress thread would see them up to a tick later. Skipped when busy.
