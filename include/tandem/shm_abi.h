@@ -13,14 +13,14 @@
  * counting what they spent against the daemon's limit; the daemon samples the pages every
  * period, raises limits and wakes gated clients through futex words in its segment.
  * This layout is an ABI: external monitors may read it. Change TANDEM_SHM_VERSION with it.
- * All multi-byte fields are naturally aligned; slots are 128 bytes, client pages 256. */
+ * All multi-byte fields are naturally aligned; slots are 128 bytes, client pages 320. */
 #ifndef TANDEM_SHM_ABI_H
 #define TANDEM_SHM_ABI_H
 
 #include <stdint.h>
 
 #define TANDEM_SHM_MAGIC 0x4d444e54u /* "TNDM" */
-#define TANDEM_SHM_VERSION 3u
+#define TANDEM_SHM_VERSION 4u
 #define TANDEM_MAX_SLOTS 64u
 
 /* Slot states. */
@@ -147,6 +147,12 @@ struct tandem_client_page {
   /* A training rank of a node-local job (see tandem_slot.collectives_allowed): */
   uint32_t collective_waiting;   /* n while its n-th NCCL kernel waits for collectives_allowed, else 0 */
   uint64_t collectives_launched; /* NCCL kernels launched directly since the process started */
+  /* online inference (role inference), added in layout 4: */
+  uint32_t request_blocks; /* the most thread blocks one kernel of its last request had (its width:
+                              at one block per SM, the SMs it spreads over); 0: none seen (only
+                              graph replays, or no request yet) */
+  uint32_t reserved32;
+  uint8_t reserved[56];
 };
 
 struct tandem_shm_header {
@@ -177,7 +183,7 @@ struct tandem_shm_header {
 
 #ifdef __cplusplus
 static_assert(sizeof(struct tandem_slot) == 128, "tandem_slot is 128 bytes");
-static_assert(sizeof(struct tandem_client_page) == 256, "tandem_client_page is 256 bytes");
+static_assert(sizeof(struct tandem_client_page) == 320, "tandem_client_page is 320 bytes");
 static_assert(sizeof(struct tandem_shm_header) == 128 + 128 * TANDEM_MAX_SLOTS, "header layout");
 static_assert(__builtin_offsetof(struct tandem_shm_header, slots) == 128, "slots follow a 128-byte header");
 #endif

@@ -221,6 +221,7 @@ std::string Server::status_json() const {
                        {"gate_wait_ms", static_cast<double>(c.gate_wait_ns) / 1e6},
                        {"gate_want_ms", c.gate_want_us / 1e3},
                        {"requests", c.requests}, {"request_ms", static_cast<double>(c.request_ns) / 1e6},
+                       {"request_blocks", c.request_blocks},
                        {"admission_waits", c.admission_waits}, {"peak_mib", static_cast<double>(c.peak_bytes) / 1048576.0},
                        {"admission_wait_ms", static_cast<double>(c.admission_wait_ns) / 1e6},
                        {"bytes_in_use", c.bytes_in_use}, {"peak_bytes", c.peak_bytes},

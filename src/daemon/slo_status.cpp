@@ -31,6 +31,9 @@ nlohmann::json slo_floor_status(const GpuScheduler& g, const SloPolicy& p) {
                         {"live", p.live()},
                         {"partition_pct", p.partition_pct()},
                         {"partition_levels", levels},
+                        // The highest partition training may take: what the requests' widest
+                        // kernel leaves (100: no ceiling; partition_controller.h).
+                        {"partition_ceiling_pct", p.live() ? pc.level_pct_at(pc.ceiling()) : 0},
                         {"requests_unheld", p.requests_unheld()},
                         {"busy_fraction", p.busy_fraction()},
                         {"predicted_cuts", p.predicted_cuts()},

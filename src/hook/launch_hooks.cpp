@@ -118,6 +118,7 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
     if (kind == KernelKind::nccl) count(c.nccl);
     if (kind == KernelKind::nccl && g_job_grouped) collective_launched();
     if (managed) after_managed_launch(kind, s, per_thread_stream, 1);
+    if (g_role == TANDEM_ROLE_INFERENCE) note_request_blocks(d.blocks());
     // A kernel of a filler whose in-flight work is bounded (its gate shut: beside training, or
     // policy slo) gets a marker right behind it, on its own stream. A marker covers only
     // its stream's work, yet it says complete all that was issued before it: the progress

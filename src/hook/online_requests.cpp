@@ -16,6 +16,8 @@
 
 namespace tandem::hook {
 
+std::atomic<uint32_t> g_request_blocks{0};
+
 namespace {
 
 std::atomic<bool> g_explicit{false};
@@ -65,6 +67,9 @@ void request_closed(tandem_client_page* page, uint64_t now, uint64_t latency_ns,
   __atomic_store_n(&page->request_activity_ns, now, __ATOMIC_RELEASE);
   uint64_t mean = __atomic_load_n(&page->request_ns, __ATOMIC_RELAXED);
   __atomic_store_n(&page->request_ns, mean ? (mean * 7 + service_ns) / 8 : service_ns, __ATOMIC_RELEASE);
+  // Requests ended on several threads at once share one width: the widest since the last end.
+  uint32_t blocks = g_request_blocks.exchange(0, std::memory_order_relaxed);
+  if (blocks) __atomic_store_n(&page->request_blocks, blocks, __ATOMIC_RELAXED);
   __atomic_fetch_add(&page->requests, 1, __ATOMIC_RELAXED);
   std::lock_guard<std::mutex> lock(g_samples_mutex);
   if (g_sample_count < kSamples) g_samples[g_sample_count] = latency_ns;
@@ -183,6 +188,7 @@ void online_requests_after_fork_child() noexcept {
   g_fresh = false;
   g_explicit.store(false);
   g_transparent_open.store(false);
+  g_request_blocks.store(0);
   t_open = {0, 0};  // the forking thread's, the only one in the child
 }
 

@@ -15,10 +15,23 @@
 //                time the server gives, any number of requests open at once. The first call
 //                switches the process to explicit mode for good.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 
 namespace tandem::hook {
+
+// The most thread blocks one kernel launched since the last request ended had: published as
+// the page's request_blocks when a request ends (tandemd leaves a kernel that narrow the SMs
+// it spreads over when it partitions training, slo_policy.h).
+extern std::atomic<uint32_t> g_request_blocks;
+// Launch path of an inference process, after a kernel launch of `blocks` thread blocks (graph
+// replays are not seen: their kernels' grids are not read on the launch path). Hot path: a
+// load, and a store only when wider.
+inline void note_request_blocks(uint64_t blocks) noexcept {
+  uint32_t b = blocks > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(blocks);
+  if (b > g_request_blocks.load(std::memory_order_relaxed)) g_request_blocks.store(b, std::memory_order_relaxed);
+}
 
 // Launch path of an inference process: a launch after a synchronization begins a request.
 void request_launch() noexcept;

@@ -110,6 +110,9 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
   v.collectives_launched =
       b.counter(p.collectives_launched, raw.collectives_launched, B::kLaunchesPerPeriod, "collectives_launched");
   v.collective_waiting = raw.collective_waiting;
+  // Any width is harmless: it only narrows training's partition while this client's requests
+  // run, which a client over its target does anyway.
+  v.request_blocks = raw.request_blocks;
 }
 
 }  // namespace tandem::scheduler

@@ -53,6 +53,8 @@ OnlineClient online_state(int id, const tandem_slot& s, const ClientView& c) {
   o.latency_ns = c.v.latency_ns;
   o.samples = c.v.latency_samples;
   o.slo_ns = static_cast<uint64_t>(c.v.slo_us) * 1000;
+  if (c.v.request_blocks && c.v.device_sms)
+    o.width_pct = static_cast<uint32_t>(std::min<uint64_t>(100, (100ull * c.v.request_blocks + c.v.device_sms - 1) / c.v.device_sms));
   return o;
 }
 
@@ -79,10 +81,15 @@ void GpuScheduler::publish_live_partition(tandem_shm_header* shm, bool slo_train
   // Stuck clients' requests were cleared by the request holds (request_stuck) this tick.
   bool open = std::any_of(online_.begin(), online_.end(), [](const OnlineClient& o) { return o.requests_open > 0; });
   uint32_t pct = slo_training && open && slo_.requests_unheld() ? slo_.partition_pct() : 0;
+  // On its partition training's queued work cannot slow the request, but what is still queued
+  // there when the request ends runs on those SMs alone while the others idle (a kernel once
+  // launched stays where it was put): the same wall time of work as between requests, scaled to
+  // the partition's SMs (the work's cost is counted at every SM). Without the bound, training
+  // kept 0.72-0.73 of Exclusive on a fixed 50% partition; with it 0.80-0.82 (docs/slo.md).
+  uint64_t bound = pct ? slo_.inflight_share_ns(training_.size()) * pct / 100 : 0;
   for (const FillerState& f : training_) {
     __atomic_store_n(&shm->slots[f.id].live_partition, pct, __ATOMIC_RELEASE);
-    // On its partition, training's queued work cannot slow the request: no in-flight bound.
-    if (pct) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, 0, __ATOMIC_RELEASE);
+    if (pct) __atomic_store_n(&shm->slots[f.id].inflight_bound_ns, std::max<uint64_t>(bound, 1), __ATOMIC_RELEASE);
   }
 }
 

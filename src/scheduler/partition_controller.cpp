@@ -28,11 +28,32 @@ bool PartitionController::configure(const uint8_t* pcts, unsigned count, uint32_
     for (int i = 0; i < kMaxLevels; ++i) y_[i] = 0, mean_[i] = 0, measured_[i] = false, failures_[i] = 0, retry_after_[i] = 0;
     enter(0);  // the smallest: each larger one is then judged against the one below
     below_lowest_ = false;
+    ceiling_ = levels_ - 1;
+    fitted_ = false;
   }
   fixed_ = false;
   for (int i = 0; fixed && i < levels_; ++i)
     if (pct_[i] == fixed) fixed_ = true, level_ = i;
   return true;
+}
+
+void PartitionController::fit(uint32_t width_pct) {
+  if (!configured() || fixed_) return;
+  const bool known = width_pct > 0 && width_pct < 100;  // narrower than the GPU
+  int ceiling = levels_ - 1;
+  if (known) {
+    ceiling = 0;  // the smallest at least: below it the duty cycle decides
+    for (int i = 0; i < levels_; ++i)
+      if (pct_[i] + width_pct <= 100) ceiling = i;
+  }
+  ceiling_ = ceiling;
+  if (level_ > ceiling_ || (known && !fitted_ && level_ < ceiling_)) {
+    // Above: the level left never had the requests' room (not a failure of it). Below, the
+    // first time: the start, the partition predicted to leave the requests their SMs.
+    enter(ceiling_);
+    probing_ = false;
+  }
+  fitted_ = fitted_ || known;
 }
 
 void PartitionController::enter(int level) {
@@ -95,7 +116,7 @@ void PartitionController::update(double y, double mean_ns, bool may_climb) {
     int n = failures_[level_] < 4 ? failures_[level_]++ : 3;
     retry_after_[level_] = kBackoff << n < kBackoffMax ? kBackoff << n : kBackoffMax;
     enter(level_ - 1);
-  } else if (may_climb && s <= (mean > 0 ? 1.0 : kClimbBelow) && level_ + 1 < levels_ && recent_count_ >= kRecent &&
+  } else if (may_climb && s <= (mean > 0 ? 1.0 : kClimbBelow) && level_ + 1 <= ceiling_ && recent_count_ >= kRecent &&
              retry_after_[level_ + 1] == 0) {
     enter(level_ + 1);
   }

@@ -34,6 +34,16 @@
 // (so a level wrongly blamed for a burst returns soon, one truly too large costs a period or
 // two now and then). A fixed level (the operator's choice) never moves. Starts at the smallest
 // partition, so that every larger one is judged against the one below.
+// What the requests' kernels need (fit()): a kernel of fewer thread blocks than the GPU has SMs
+// spreads over that many SMs, one block each, and runs at its full speed only where they are
+// free; on fewer its blocks run in more waves and it lasts longer by the ratio of the SMs it
+// wanted to those it got, which a target a few percent above Exclusive's latency cannot afford
+// (the mean-latency guard above sees it only periods later, after the p99 has paid). So when
+// the requests' widest kernel is known and narrower than the GPU, the highest level that leaves
+// it its SMs is a ceiling the controller never climbs past and, the first time it is known, its
+// start (HARLI's predicted partition at a request's onset: the largest that holds the target;
+// the measurements above still take it lower). Kernels as wide as the GPU or wider leave no
+// such room: the controller climbs on its measurements alone, as above.
 #pragma once
 #include <cstdint>
 
@@ -58,6 +68,11 @@ class PartitionController {
   // Returns false when they hold no level (nothing to control).
   bool configure(const uint8_t* pcts, unsigned count, uint32_t fixed);
   bool configured() const { return levels_ > 1; }
+  // The SMs the requests' widest kernel spreads over, in percent of the GPU's (0: not known,
+  // 100: as wide as the GPU). Every period's step, after configure().
+  void fit(uint32_t width_pct);
+  // The highest level the controller may take (levels() - 1: no ceiling).
+  int ceiling() const { return ceiling_; }
 
   // One control period in which level_pct() was in force, with latency over target `y` and
   // the requests' mean latency `mean_ns` (0: unknown). `may_climb`: false while the duty cycle
@@ -93,6 +108,8 @@ class PartitionController {
   bool probing_ = false;              // entered from the level below (a larger partition tried)
   int levels_ = 0;
   int level_ = 0;
+  int ceiling_ = 0;
+  bool fitted_ = false;  // a known width has set the start
   bool fixed_ = false;
   bool below_lowest_ = false;
 };

@@ -14,6 +14,11 @@ void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, c
   spatial_ = spatial;
   uint32_t fixed = p_.live_partition > 0 ? static_cast<uint32_t>(p_.live_partition) : 0;
   live_ = live_levels && p_.live_partition != 0 && partition_.configure(live_levels, TANDEM_LIVE_PARTITIONS, fixed);
+  if (live_) {
+    uint32_t width = 0;  // the widest client's
+    for (const OnlineClient& c : online) width = std::max(width, c.width_pct);
+    partition_.fit(width);
+  }
   grants.clear();
   if (!interval_started_ns_) interval_started_ns_ = now_ns;
   if (now_ns - interval_started_ns_ >= p_.control_period_ns) {

@@ -62,6 +62,8 @@ struct OnlineClient {
   uint32_t latency_seq = 0;
   uint32_t samples = 0;
   uint64_t slo_ns = 0;       // its target
+  uint32_t width_pct = 0;    // the SMs its widest kernel of a request spreads over, at one thread
+                             // block per SM, in percent of the GPU's (0: not known; 100: all)
 };
 
 // One control period, for status and the demo's plot.

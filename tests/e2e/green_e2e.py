@@ -15,8 +15,9 @@ usage: green_e2e.py BUILD_DIR CASE [MODE...]
                  Exclusive (best of up to 3 rounds)
   mps            the realistic workload under MPS with default settings (no
                  TANDEM_SLO_TRAINING_SMS): tandemd partitions live, p99 within 1.10 x
-                 Exclusive and training at least 0.65 (best of up to 4 rounds; measured
-                 0.64-0.71 in the round of the lowest p99, so 0.7 is not yet held every run)
+                 Exclusive and training at least 0.7 (best of up to 4 rounds); the requests'
+                 kernels (66 blocks on 132 SMs) leave training a ceiling of 50%, its start;
+                 no round's training below 0.5 (a stall)
 """
 import json
 import os
@@ -116,10 +117,15 @@ def busy(env, rounds=3, seconds=5):
 def mps(env, rounds=4, seconds=6):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from slo_e2e import realistic  # the same workload and baseline checks
-    m = realistic(env, "mps", 1.10, 0.65, 1.1, rounds=rounds)
+    m = realistic(env, "mps", 1.10, 0.7, 1.1, rounds=rounds)
     check(m["slo"].get("live") is True, "tandemd partitions live by default (green contexts, MPS)")
+    check(m["slo"].get("partition_ceiling_pct") == 50,
+          f"the requests' kernels leave training at most half the SMs: {m['slo'].get('partition_ceiling_pct')}")
     check(m["p99_ratio"] <= 1.10, f"inference p99 under tandem is {m['p99_ratio']:.2f} <= 1.10 x Exclusive")
-    check(m["train"] >= 0.65, f"training keeps {m['train']:.2f} >= 0.65 of Exclusive")
+    check(m["train"] >= 0.7, f"training keeps {m['train']:.2f} >= 0.7 of Exclusive")
+    # A stall is no noise: training stopped for seconds (0.08-0.25 of Exclusive) in about one
+    # run of five when a marker before a collective was skipped (progress.h).
+    check(min(m["trained"]) >= 0.5, f"training never stalls in a round: {m['trained']}")
 
 
 def main():

@@ -92,7 +92,7 @@ def fake_job(stop):
                 s = connect(env.socket)
                 kind, reply, fds = ask(s, HELLO, {"role": "training", "gpu": uuid})
                 if kind == HELLO_OK:
-                    page = mmap.mmap(fds[1], 256, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                    page = mmap.mmap(fds[1], 320, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                     struct.pack_into("<QQ", page, 120, 1 << 50, 1 << 50)  # peak_bytes, bytes_in_use
                 for fd in fds:
                     os.close(fd)

@@ -165,6 +165,49 @@ TEST_CASE("PartitionController: over the target at the speed of the level below 
   CHECK(blind.level_pct() == 25);
 }
 
+TEST_CASE("PartitionController: the requests' widest kernel sets the start and a ceiling") {
+  PartitionController c;
+  c.configure(kLevels, TANDEM_LIVE_PARTITIONS, 0);
+  Plant holds;
+  holds.base = 0.5, holds.slope = 0;  // the target held at every level: only the ceiling stops it
+  c.fit(0);  // not known yet: the smallest, no ceiling
+  CHECK(c.level_pct() == 25);
+  CHECK(c.ceiling() == 4);
+  c.fit(50);  // kernels of half the GPU's SMs: training's start and ceiling are the other half
+  CHECK(c.level_pct() == 50);
+  CHECK(c.ceiling() == 1);
+  std::vector<int> at = run(c, holds, 40);
+  CHECK(at[50] == 40);  // never above, though every level would hold the target
+  // Narrower kernels leave more: 70% (70 + 20 <= 100), not 85%; climbed to on measurements.
+  c.fit(20);
+  CHECK(c.ceiling() == 2);
+  at = run(c, holds, 10);
+  CHECK(c.level_pct() == 70);
+  // Wider ones take it down at once, not as a failure (no back-off when they narrow again).
+  c.fit(80);
+  CHECK(c.level_pct() == 25);
+  c.fit(50);
+  CHECK(c.level_pct() == 25);  // the start is set once; from here the measurements climb
+  run(c, holds, 3);
+  CHECK(c.level_pct() == 50);
+  // As wide as the GPU: no room to leave, the measurements alone (to every SM here).
+  c.fit(100);
+  run(c, holds, 20);
+  CHECK(c.level_pct() == 100);
+  // Over the target at the start it predicted: the measurements still take it lower.
+  PartitionController d;
+  d.configure(kLevels, TANDEM_LIVE_PARTITIONS, 0);
+  d.fit(50);
+  REQUIRE(d.level_pct() == 50);
+  for (int k = 0; k < 3; ++k) d.update(1.5);
+  CHECK(d.level_pct() == 25);
+  // A fixed level is the operator's: no start, no ceiling.
+  PartitionController f;
+  f.configure(kLevels, TANDEM_LIVE_PARTITIONS, 85);
+  f.fit(50);
+  CHECK(f.level_pct() == 85);
+}
+
 TEST_CASE("PartitionController: a fixed level never moves; unknown levels hold nothing") {
   PartitionController c;
   REQUIRE(c.configure(kLevels, TANDEM_LIVE_PARTITIONS, 70));
@@ -278,7 +321,8 @@ TEST_CASE("GpuScheduler, live partitions: the slot says the partition while a re
   gpu.tick(t += kMs);
   CHECK(gpu.slo().live());
   CHECK(shm->slots[train].live_partition == 25);
-  CHECK(shm->slots[train].inflight_bound_ns == 0);  // on its partition, unbounded
+  // On its partition, the in-flight bound of between requests scaled to its SMs (3 windows, 25%).
+  CHECK(shm->slots[train].inflight_bound_ns == 3 * 500000 / 4);
   CHECK(shm->requests_unheld == 1);
   request(false);
   gpu.tick(t += kMs);
@@ -302,6 +346,13 @@ TEST_CASE("GpuScheduler, live partitions: the slot says the partition while a re
   gpu.tick(t += kMs);
   CHECK(gpu.slo().live());
   CHECK(shm->slots[other].live_partition == 25);
+  // The inference process's last request's widest kernel: 66 blocks on a GPU of 132 SMs leaves
+  // training half of them from the next step on.
+  gpu.segment().page(online)->request_blocks = 66;
+  gpu.segment().page(online)->device_sms = 132;
+  gpu.tick(t += kMs);
+  CHECK(shm->slots[train].live_partition == 50);
+  CHECK(shm->slots[other].live_partition == 50);
 }
 
 TEST_CASE("live_levels: the percentages a training process's flags name") {
