@@ -9,6 +9,10 @@ import sys
 import tempfile
 import time
 
+# sizeof(struct tandem_client_page) (include/tandem/shm_abi.h): the size a test maps a client's
+# page with, as a hostile client would (e2e_shm_* checks the memfd has exactly this size).
+PAGE_BYTES = 320
+
 
 def last_json(text):
     lines = [l for l in text.splitlines() if l.startswith("{")]

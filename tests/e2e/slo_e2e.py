@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 
-from e2e_util import Env, check, finish, slots_by_pid
+from e2e_util import PAGE_BYTES, Env, check, finish, slots_by_pid
 
 # Training: 100 kernels of 200 us (20 ms compute), a 0.5 ms collective, 11.5 ms of data
 # loading. The simulated GPU switches processes only between kernels, and tandem never holds a
@@ -197,10 +197,10 @@ def realistic(env, sharing, p99_bound, train_bound, ratio, rounds=5, **settings)
         held = m["p99_ratio"] <= p99_bound and m["train"] >= train_bound
         if best is None or held or m["p99_ratio"] < best["p99_ratio"]:
             best = m
-        best["trained"] = trained  # every counted round's training share
         if held:
             break
     check(best is not None, "a round with a sane Exclusive baseline")
+    best["trained"] = trained  # every counted round's training share
     return best
 
 
@@ -283,7 +283,7 @@ def hostile_holds(env):
     s = connect(env.socket)
     kind, reply, fds = ask(s, HELLO, {"role": "inference", "gpu": st["gpus"][0]["uuid"]})
     check(kind == HELLO_OK, f"the hostile client registered as online inference ({reply})")
-    page = mmap.mmap(fds[1], 320, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    page = mmap.mmap(fds[1], PAGE_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     # One request, target 100 ms, opened and never ended nor touched.
     struct.pack_into("<IIQ", page, requests_open, 1, 100000, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
     time.sleep(0.6)  # 4 x 100 ms, and idle_ms

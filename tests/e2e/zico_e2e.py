@@ -22,7 +22,7 @@ import struct
 import threading
 import time
 
-from e2e_util import check, last_json, run_case
+from e2e_util import PAGE_BYTES, check, last_json, run_case
 from hostile_daemon_e2e import HELLO, HELLO_OK, ask, connect
 
 GPU = {"SIMGPU_MEM_SHARED": "1", "SIMGPU_MEM_BYTES": str(288 << 20)}
@@ -92,7 +92,7 @@ def fake_job(stop):
                 s = connect(env.socket)
                 kind, reply, fds = ask(s, HELLO, {"role": "training", "gpu": uuid})
                 if kind == HELLO_OK:
-                    page = mmap.mmap(fds[1], 320, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                    page = mmap.mmap(fds[1], PAGE_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                     struct.pack_into("<QQ", page, 120, 1 << 50, 1 << 50)  # peak_bytes, bytes_in_use
                 for fd in fds:
                     os.close(fd)
