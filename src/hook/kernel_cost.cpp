@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "capture_state.h"
 #include "handle_map.h"
 #include "real_driver.h"
 
@@ -85,7 +86,10 @@ uint64_t kernel_cost_ns(uintptr_t key, uint64_t threads) noexcept {
   if (uint64_t learned = learned_cost_ns(key)) return learned;
   // A shape not learned yet may have a timed launch that just finished (a request's first
   // kernel, waited for by the host): look before guessing, so the next launch pays its length.
-  poll_cost_samples();
+  // Not while a capture is open: an event query in a thread of the default (global) capture
+  // mode is refused by the driver and invalidates the application's capture (seen on an H200);
+  // the progress thread, in relaxed mode, polls meanwhile.
+  if (g_open_captures.load(std::memory_order_relaxed) == 0) poll_cost_samples();
   if (uint64_t learned = learned_cost_ns(key)) return learned;
   uint64_t guess = (threads * g_ns_per_thread_q10.load(std::memory_order_relaxed)) >> 10;
   return std::clamp(guess, kMinKernelCostNs, kMaxGuessNs);

@@ -255,6 +255,7 @@ CUresult query_stream(Stream* s) {
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
   if (stream_context_destroyed(s)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   if (s->capture) return invalidate_capture(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   return s->completed.load() >= enqueued_now(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -293,7 +294,15 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream s) {
   SIM_API CUresult name body_params { SIM_FAIL_POINT(); const bool per_thread = false; return call; } \
   SIM_API CUresult name##_ptsz body_params { SIM_FAIL_POINT(); const bool per_thread = true; return call; }
 
-STREAM_PAIR(cuStreamSynchronize, (CUstream s), synchronize_stream(resolve_stream(s, per_thread)))
+// The application's cuStreamSynchronize is potentially unsafe during a capture (the real driver
+// refuses it and invalidates the capture); the simulator's own waits (a stream destroyed, a
+// stream-ordered free) are not.
+static CUresult stream_synchronize(Stream* s) {
+  if (s && !s->capture && !s->legacy && capture_is_global_active())
+    return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  return synchronize_stream(s);
+}
+STREAM_PAIR(cuStreamSynchronize, (CUstream s), stream_synchronize(resolve_stream(s, per_thread)))
 STREAM_PAIR(cuStreamQuery, (CUstream s), query_stream(resolve_stream(s, per_thread)))
 
 static CUresult stream_flags(CUstream s, unsigned* flags, bool per_thread) {
@@ -384,6 +393,11 @@ static CUresult event_state(Event* ev, bool wait) {
   {
     std::lock_guard<std::mutex> lock(ev->m);
     if (ev->captured) return CUDA_ERROR_CAPTURED_EVENT;
+  }
+  // Potentially unsafe during a capture: the real driver refuses it and invalidates the capture.
+  if (capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  {
+    std::lock_guard<std::mutex> lock(ev->m);
     if (!ev->recorded) return CUDA_SUCCESS;
     s = ev->stream;
     seq = ev->seq;

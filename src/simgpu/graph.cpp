@@ -34,14 +34,21 @@ void flatten(const Graph* g, std::vector<Op>& out) {
 }
 }  // namespace
 
+// Whether this thread is prohibited from potentially unsafe calls (cuThreadExchangeStreamCaptureMode):
+// a relaxed thread never; any other by a capture of its own that is not relaxed; a thread in
+// global mode also by another thread's global-mode capture. (The real driver, seen on an H200
+// with driver 580: a global-mode thread's cuEventQuery beside another thread's global capture
+// fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates it; a thread-local or relaxed
+// thread's does not.)
 bool capture_is_global_active() {
   CUstreamCaptureMode mine = thread_capture_mode();
   if (mine == CU_STREAM_CAPTURE_MODE_RELAXED) return false;
   std::lock_guard<std::mutex> lock(g_mutex);
   for (Capture* c : g_captures) {
     if (c->invalidated) continue;
-    if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) return true;
-    if (c->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL && c->thread == std::this_thread::get_id()) return true;
+    bool own = c->thread == std::this_thread::get_id();
+    if (own && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) return true;
+    if (!own && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && mine == CU_STREAM_CAPTURE_MODE_GLOBAL) return true;
   }
   return false;
 }
@@ -77,11 +84,14 @@ void record_into_capture(Stream* s, const Op& op) {
   s->capture->graph->nodes.push_back(std::move(node));
 }
 
-// Invalidates the capture of `s`, or every global-mode capture when `s` is null.
+// Invalidates the capture of `s`, or when `s` is null every global-mode capture and this thread's own.
 CUresult invalidate_capture(Stream* s, CUresult why) {
   std::lock_guard<std::mutex> lock(g_mutex);
   for (Capture* c : g_captures)
-    if ((s && s->capture == c) || (!s && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) c->invalidated = true;
+    if ((s && s->capture == c) ||
+        (!s && (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
+                (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && c->thread == std::this_thread::get_id()))))
+      c->invalidated = true;
   return why;
 }
 

@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include "check.h"
 #include "protocol.h"
@@ -92,6 +94,41 @@ int main(int argc, char** argv) {
     CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     CHECK(cuLaunchKernel(g_spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     CHECK(cuStreamEndCapture(s, &g) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    // Beside a global capture, an event query or a stream's synchronization (of a stream not
+    // captured) is refused and invalidates the capture, in the capturing thread and in another
+    // thread of the default mode; a thread-local or relaxed thread's is not (as an H200 with
+    // driver 580 answers).
+    CUevent done;
+    CK(cuEventCreate(&done, 0));
+    CK(cuEventRecord(done, other));
+    CK(cuStreamSynchronize(other));
+    auto beside_capture = [&](bool other_thread, CUstreamCaptureMode mode, CUresult (*call)(CUevent, CUstream)) {
+      CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+      CK(cuLaunchKernel(g_spin, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr));
+      CUresult r = CUDA_SUCCESS;
+      auto body = [&] {
+        CUstreamCaptureMode m = mode;
+        CK(cuThreadExchangeStreamCaptureMode(&m));
+        r = call(done, other);
+        CK(cuThreadExchangeStreamCaptureMode(&m));
+      };
+      if (other_thread) std::thread(body).join();
+      else body();
+      CUgraph graph = nullptr;
+      CUresult end = cuStreamEndCapture(s, &graph);
+      if (graph) CK(cuGraphDestroy(graph));
+      return std::make_pair(r, end);
+    };
+    auto query = [](CUevent e, CUstream) { return cuEventQuery(e); };
+    auto sync = [](CUevent, CUstream o) { return cuStreamSynchronize(o); };
+    auto refused = std::make_pair(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    auto fine = std::make_pair(CUDA_SUCCESS, CUDA_SUCCESS);
+    CHECK(beside_capture(false, CU_STREAM_CAPTURE_MODE_GLOBAL, query) == refused);
+    CHECK(beside_capture(true, CU_STREAM_CAPTURE_MODE_GLOBAL, query) == refused);
+    CHECK(beside_capture(true, CU_STREAM_CAPTURE_MODE_GLOBAL, sync) == refused);
+    CHECK(beside_capture(true, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, query) == fine);
+    CHECK(beside_capture(false, CU_STREAM_CAPTURE_MODE_RELAXED, query) == fine);
+    CHECK(beside_capture(true, CU_STREAM_CAPTURE_MODE_RELAXED, sync) == fine);
   } else if (check == "fail") {
     // Run with SIMGPU_FAIL=cuMemAlloc:2,cuLaunchKernel:3
     CUdeviceptr p;
