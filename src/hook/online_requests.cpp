@@ -208,6 +208,7 @@ CUresult hook_cuStreamSynchronize_ptsz(CUstream s) noexcept {
   return synchronized(g_real.cuStreamSynchronize_ptsz(green_op_stream(s, true)));
 }
 CUresult hook_cuCtxSynchronize() noexcept { return synchronized(g_real.cuCtxSynchronize()); }
+CUresult hook_cuCtxSynchronize_v2(CUcontext ctx) noexcept { return synchronized(g_real.cuCtxSynchronize_v2(ctx)); }
 CUresult hook_cuEventSynchronize(CUevent e) noexcept { return synchronized(g_real.cuEventSynchronize(e)); }
 
 }  // namespace tandem::hook

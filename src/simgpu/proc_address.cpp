@@ -49,12 +49,17 @@ CUresult resolve(const char* api, int version, bool per_thread, void** fn, CUdri
 SIM_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult* status) {
   CUdriverProcAddressQueryResult local;
+  const bool asked = status != nullptr;
   if (!status) status = &local;
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
   CUresult r = resolve(symbol, version, flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, pfn, status);
-  if (r != CUDA_SUCCESS) simgpu::log(3, "cuGetProcAddress: %s (version %d) not provided", symbol, version);
-  return r;
+  if (r == CUDA_SUCCESS) return r;
+  simgpu::log(3, "cuGetProcAddress: %s (version %d) not provided", symbol, version);
+  // A caller that reads the status is answered CUDA_SUCCESS with a null pointer, as the real
+  // driver does (seen on an H200, driver 580: an unknown symbol or one newer than the version
+  // asked for); one that cannot read it, with the error.
+  return asked ? CUDA_SUCCESS : r;
 }
 
 SIM_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
