@@ -25,12 +25,9 @@ def main():
     if workload not in ("sim", "pytorch"):
         sys.exit(f"bench_fill: unknown workload '{workload}' (sim or pytorch)")
     if workload == "pytorch":
-        if "--real" in args:
-            sys.exit("bench_fill: --workload pytorch runs on the simulated GPU only (its Co-Exec MPS configuration "
-                     "is the simulator's SIMGPU_SHARING=mps)")
         import bench_fill_pytorch
         return bench_fill_pytorch.main(os.path.abspath(build), float(args[args.index("--seconds") + 1])
-                                       if "--seconds" in args else 6.0)
+                                       if "--seconds" in args else 6.0, real="--real" in args)
     seconds = args[args.index("--seconds") + 1] if "--seconds" in args else "4"
     env = dict(os.environ)
     if "--real" not in args:

@@ -114,12 +114,17 @@ def run_mode(env, out, sharing, seconds, with_tandem):
             p.kill()
 
 
-def main(build, seconds):
-    """The benchmark's JSON lines on the standard output; the harness's progress on stderr."""
+def main(build, seconds, real=False):
+    """The benchmark's JSON lines on the standard output; the harness's progress on stderr.
+    `real`: on the system's driver (a real GPU, as it is set up: "timeslice" then names the
+    GPU's own sharing), without the simulator's MPS configuration."""
     require_torch()
+    if real:
+        os.environ["TANDEM_E2E_REAL_DRIVER"] = "1"
     env = Env(build)
     out = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):
         run_mode(env, out, "timeslice", seconds, with_tandem=True)
-        run_mode(env, out, "mps", seconds, with_tandem=False)
+        if not real:
+            run_mode(env, out, "mps", seconds, with_tandem=False)
     return 0

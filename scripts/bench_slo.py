@@ -19,7 +19,10 @@ tandem's configurations (--configs, comma-separated; default: tandem):
   split   a fixed split: training asks MPS for half the SMs (TANDEM_SLO_TRAINING_SMS=50)
   duty    the duty cycle only (TANDEM_SLO_PARTITION=off, no split)
 
-usage: scripts/bench_slo.py [BUILD_DIR] [--seconds S] [--sharing timeslice,mps] [--json]
+--real: on the system's driver (a real GPU, scripts/gpu-check.sh): the sharing is the GPU's own
+(MPS when its control daemon runs), --sharing only names the rows.
+
+usage: scripts/bench_slo.py [BUILD_DIR] [--seconds S] [--sharing timeslice,mps] [--json] [--real]
                             [--workload realistic|harli] [--configs tandem,split,live,duty]
                             [--setting NAME=VALUE ...]   (TANDEM_* settings for every process)"""
 import json
@@ -119,6 +122,8 @@ def main():
         if a == "--setting":
             k, v = args[i + 1].split("=", 1)
             settings[k] = v
+    if "--real" in args:  # the system's driver: the GPU as it is set up (MPS when its daemon runs)
+        os.environ["TANDEM_E2E_REAL_DRIVER"] = "1"
     env = Env(build)
     results = [measure(env, mode, seconds, settings, workload, configs) for mode in modes]
     for m in results:

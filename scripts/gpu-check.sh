@@ -3,36 +3,51 @@
 #  1. builds (scripts/setup.sh), 2. runs the unit, hygiene and interposition fixture tests with
 #  the system's libcuda.so.1 instead of the simulated one (simulator-only tests excluded),
 #  3. the launch-overhead benchmark against the real driver, 4. a PyTorch smoke run under the
-#  hook whose kernel count is compared with the PyTorch profiler's.
+#  hook whose kernel count is compared with the PyTorch profiler's, 5. the fill benchmark
+#  (train-sim and infer-sim, then PyTorch's train.py and serve.py) on the real GPU, 6. where
+#  NVIDIA's MPS control daemon is installed, one started for the check: live SM partitions
+#  (green contexts) with the stream-order fixture, and the slo benchmark's live, split and
+#  duty-cycle configurations.
+# PyTorch: the project's venv, else a python3 that imports torch (TANDEM_TEST_PYTHON).
 # Usage: scripts/gpu-check.sh [--skip-build]    Output: a summary; details in build/gpu-check/.
-set -euo pipefail
+# A failed step does not stop the later ones; the exit status is 1 if any failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check" >&2
   exit 1
 fi
-[ "${1:-}" = "--skip-build" ] || scripts/setup.sh
+[ "${1:-}" = "--skip-build" ] || scripts/setup.sh || exit 1
+failed=""
 out=build/gpu-check
 mkdir -p "$out"
-real_dir=$(dirname "$(ldconfig -p | awk '/libcuda.so.1 .*x86-64|libcuda.so.1 .*AArch64/{print $NF; exit}')")
+real_lib=$(ldconfig -p | awk '/libcuda.so.1 .*x86-64|libcuda.so.1 .*AArch64/{print $NF; exit}')
+[ -n "$real_lib" ] || real_lib=$(ls /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null | head -1)
+real_dir=$(dirname "$real_lib")
 echo "== GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); driver dir $real_dir"
 
 echo "== ctest against the real driver (simulator-only and simgpu tests excluded)"
-TANDEM_FIXTURE_DRIVER_DIR="$real_dir" ctest --test-dir build --output-on-failure \
-  -LE 'simulator-only|simgpu|e2e-sim' 2>&1 | tee "$out/ctest.txt" | tail -15
+TANDEM_FIXTURE_DRIVER_DIR="$real_dir" timeout 300 ctest --test-dir build --output-on-failure \
+  -LE 'simulator-only|simgpu|e2e-sim' > "$out/ctest.txt" 2>&1 || failed="$failed ctest"
+tail -15 "$out/ctest.txt"
 
 echo "== launch overhead (real driver)"
 fatbin=$(ls build/tests/fixtures/*.fatbin 2>/dev/null | head -1 || true)
 if [ -n "$fatbin" ]; then
   build/bench/launch_overhead --driver "$real_dir/libcuda.so.1" --tandem build/lib/libtandem.so \
-    --module "$fatbin" --kernel spin_kernel --rounds 500 --batch 200 | tee "$out/launch_overhead.json"
+    --module "$fatbin" --kernel spin_kernel --rounds 500 --batch 200 | tee "$out/launch_overhead.json" ||
+    failed="$failed launch-overhead"
 fi
 
 echo "== PyTorch smoke under the hook"
-if python3 -c 'import torch' 2>/dev/null; then
+torch_python=""
+if [ -x .venv/bin/python ] && .venv/bin/python -c 'import torch' 2>/dev/null; then torch_python=$PWD/.venv/bin/python
+elif python3 -c 'import torch' 2>/dev/null; then torch_python=$(command -v python3)
+fi
+if [ -n "$torch_python" ]; then
   rm -f "$out"/torch-stats-*.json
   LD_PRELOAD="$PWD/build/lib/libtandem.so" TANDEM_STATS_FILE="$PWD/$out/torch-stats-%p.json" \
-    python3 examples/pytorch/smoke.py | tee "$out/torch-smoke.json"
+    "$torch_python" examples/pytorch/smoke.py | tee "$out/torch-smoke.json" || failed="$failed torch-smoke"
   python3 - "$out" <<'PY'
 import glob, json, sys
 out = sys.argv[1]
@@ -46,6 +61,38 @@ print(json.dumps({"hook_kernels": hook, "profiler_kernels": prof,
                   "by_entry": stats[0]["launches"]["by_entry"] if stats else {}}))
 sys.exit(0 if prof and abs(hook - prof) <= max(2, 0.02 * prof) else 1)
 PY
+  [ $? = 0 ] || failed="$failed torch-kernel-count"
 else
   echo "PyTorch not installed: smoke run skipped"
 fi
+
+echo "== fill on the real GPU: train-sim beside 1, 2 and 4 infer-sim fillers (policy fill)"
+timeout 180 python3 scripts/bench_fill.py build --real --seconds 3 | tee "$out/fill-sim.jsonl" || failed="$failed fill-sim"
+if [ -n "$torch_python" ]; then
+  echo "== fill on the real GPU with PyTorch: train.py beside 4, 2 and 1 serve.py fillers"
+  TANDEM_TEST_PYTHON="$torch_python" timeout 400 python3 scripts/bench_fill.py build --real --workload pytorch \
+    --seconds 4 | tee "$out/fill-pytorch.jsonl" || failed="$failed fill-pytorch"
+fi
+
+if command -v nvidia-cuda-mps-control >/dev/null; then
+  echo "== MPS: live SM partitions (green contexts) and the slo benchmark"
+  export CUDA_MPS_PIPE_DIRECTORY="$PWD/$out/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$PWD/$out/mps-log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if timeout 20 nvidia-cuda-mps-control -d; then
+    TANDEM_E2E_REAL_DRIVER=1 timeout 240 python3 tests/e2e/green_e2e.py build order 2>&1 | tee "$out/green-order.txt" ||
+      failed="$failed green-order"
+    timeout 300 python3 scripts/bench_slo.py build --real --sharing mps --seconds 4 --configs live,split,duty 2>&1 |
+      tee "$out/slo-mps.txt" || failed="$failed slo-mps"
+    echo quit | timeout 20 nvidia-cuda-mps-control
+  else
+    echo "MPS control daemon did not start: skipped (logs in $CUDA_MPS_LOG_DIRECTORY)"
+  fi
+else
+  echo "no nvidia-cuda-mps-control: MPS checks skipped"
+fi
+
+if [ -n "$failed" ]; then
+  echo "gpu-check: FAILED:$failed (details in $out/)"
+  exit 1
+fi
+echo "gpu-check: all steps passed"

@@ -36,6 +36,12 @@ def preload(build):
     return os.environ.get("TANDEM_TEST_PRELOAD") or os.path.join(build, "lib", "libtandem.so")
 
 
+def real_driver():
+    """TANDEM_E2E_REAL_DRIVER=1: the harness runs its programs on the system's CUDA driver (a real
+    GPU, scripts/gpu-check.sh) instead of the simulated one."""
+    return os.environ.get("TANDEM_E2E_REAL_DRIVER") == "1"
+
+
 class Env:
     def __init__(self, build):
         self.build = build
@@ -43,6 +49,10 @@ class Env:
         self.socket = os.path.join(self.tmp, "tandemd.sock")
         self.base = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "simgpu"),
                          SIMGPU_SHM=f"/simgpu-e2e-{os.getpid()}", TANDEM_SOCKET=self.socket)
+        if real_driver():  # the environment's own library path, where the system's driver is found
+            self.base.pop("LD_LIBRARY_PATH")
+            if "LD_LIBRARY_PATH" in os.environ:
+                self.base["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
         # Whatever ends the test (a failed check, an exception in the harness), nothing it
         # started outlives it (a daemon left running holds ctest's output open until the
         # timeout), and its files go with it.

@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from e2e_util import Env, check, last_json, wait_for  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+# TANDEM_TEST_PYTHON: another interpreter with PyTorch (a GPU machine's own, scripts/gpu-check.sh).
+PYTHON = os.environ.get("TANDEM_TEST_PYTHON") or os.path.join(ROOT, ".venv", "bin", "python")
 SKIP = 77
 
 
