@@ -25,6 +25,7 @@ struct MemoryCounters {
   std::atomic<uint64_t> quota_refusals;  // allocations refused for exceeding the quota
   std::atomic<uint64_t> pressure_calls;  // memory-pressure callbacks made (over quota)
   std::atomic<uint64_t> reported_release_bytes;  // what the application said it released
+  std::atomic<uint64_t> zico_memory_waits;  // out-of-memory allocations that waited for memory (Zico)
 };
 
 struct GateCounters {

@@ -79,7 +79,12 @@ CUresult allocate(Table table, uint64_t bytes, Allocate&& call, uint64_t* key) n
 CUresult allocate_pointer(CUdeviceptr* dptr, uint64_t bytes, auto&& call) noexcept {
   static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t));
   zico_at_allocation();  // an iteration's first allocation may wait for tandemd (Zico)
-  return allocate(&LiveAllocations::pointers, bytes, call, reinterpret_cast<uint64_t*>(dptr));
+  auto waiting_call = [&] {  // memory another job is about to free (Zico) is waited for
+    CUresult r = call();
+    for (uint64_t since = 0; r == CUDA_ERROR_OUT_OF_MEMORY && zico_memory_retry(since);) r = call();
+    return r;
+  };
+  return allocate(&LiveAllocations::pointers, bytes, waiting_call, reinterpret_cast<uint64_t*>(dptr));
 }
 
 CUresult freed(CUresult r, CUdeviceptr dptr) noexcept {
@@ -104,6 +109,7 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t size) noexcept {
   zico_at_allocation();  // an iteration's first allocation may wait for tandemd (Zico)
   if (!charge_memory(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr p = pool_allocate(bytes);
+  for (uint64_t since = 0; !p && zico_memory_retry(since);) p = pool_allocate(bytes);
   if (!p) {
     uncharge_memory(bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;

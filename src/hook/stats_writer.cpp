@@ -63,6 +63,7 @@ std::string stats_json(const char* role) {
         {"peak_bytes", m.peak_bytes.load()},
         {"quota_bytes", memory_quota()},
         {"quota_refusals", m.quota_refusals.load()},
+        {"zico_memory_waits", m.zico_memory_waits.load()},
         {"pressure_calls", m.pressure_calls.load()},
         {"reported_release_bytes", m.reported_release_bytes.load()}}},
       {"gate",

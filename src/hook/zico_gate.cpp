@@ -1,5 +1,7 @@
 #include "zico_gate.h"
 
+#include <time.h>
+
 #include <atomic>
 
 #include "counters.h"
@@ -65,6 +67,21 @@ void zico_boundary(const tandem_slot* slot, uint64_t trough_bytes) noexcept {
     __atomic_fetch_add(&page->zico_wait_ns, monotonic_ns() - start, __ATOMIC_RELAXED);
   }
   __atomic_store_n(&page->zico_starts, starts + 1, __ATOMIC_RELEASE);
+}
+
+bool zico_memory_retry(uint64_t& since_ns) noexcept {
+  const tandem_slot* slot = current_slot();
+  if (!slot || !__atomic_load_n(&slot->zico_trough_bytes, __ATOMIC_ACQUIRE)) return false;
+  uint64_t now = monotonic_ns();
+  if (!since_ns) {
+    since_ns = now;
+    count(memory_counters().zico_memory_waits);
+  } else if (now - since_ns > kZicoMemoryWaitNs) {
+    return false;
+  }
+  struct timespec ts{0, 1000000};  // 1 ms: the other job's progress thread trims every quarter period
+  nanosleep(&ts, nullptr);
+  return true;
 }
 
 void zico_progress_tick() noexcept {

@@ -22,6 +22,15 @@ inline void zico_at_allocation() noexcept {
   if (trough) zico_boundary(slot, trough);
 }
 
+// Zico starts an iteration beside another job's backward pass: what that pass frees reaches the
+// GPU a moment later, when its progress thread gives its idle pool chunks back (and a chunk with
+// a live block in it stays). An allocation the GPU cannot serve meanwhile waits for that memory
+// rather than fail the job: after an allocation failed with out-of-memory, true (having slept
+// 1 ms) while tandemd time-shifts this job and less than kZicoMemoryWaitNs passed since the
+// first failure (`since_ns`, 0 before it; counted once in memory.zico_memory_waits).
+constexpr uint64_t kZicoMemoryWaitNs = 1000000000ull;
+bool zico_memory_retry(uint64_t& since_ns) noexcept;
+
 // From the progress thread: an iteration whose allocations all came before its use passed
 // the trough is still seen (the next boundary must wait again).
 void zico_progress_tick() noexcept;
