@@ -49,12 +49,12 @@ FillPhase FillPolicy::step(GpuPhase gpu, bool communicating, uint64_t now_ns, ui
   // A whole long launch only under the fill policy's own bound (policy slo's window is tighter).
   if (inflight_limit_ns_ != UINT64_MAX) remaining = 0;
   grant_shares(fillers, static_cast<int64_t>(rate_ * static_cast<double>(p_.period_ns)), bound, phase_ == FillPhase::stable,
-               remaining, grants);
+               remaining, grants, turn_++);
   return phase_;
 }
 
 void grant_shares(const std::vector<FillerState>& clients, int64_t rate_ns, int64_t inflight_bound, bool top_up,
-                  int64_t remaining_ns, std::vector<Grant>& grants) {
+                  int64_t remaining_ns, std::vector<Grant>& grants, size_t first) {
   auto wanting = std::count_if(clients.begin(), clients.end(), [](const FillerState& f) { return f.wants_work; });
   if (wanting == 0) return;
   auto n = static_cast<int64_t>(wanting);
@@ -64,16 +64,25 @@ void grant_shares(const std::vector<FillerState>& clients, int64_t rate_ns, int6
   int64_t whole_room = remaining_ns;
   for (const FillerState& f : clients)
     whole_room -= static_cast<int64_t>(f.inflight_ns) + std::max<int64_t>(f.tokens_ns, 0);
-  for (const FillerState& f : clients) {
+  // One whole launch a period, longer than its client's share: the first that fits, looked for
+  // from `first` on.
+  size_t whole = clients.size();
+  for (size_t k = 0; k < clients.size() && rate_ns > 0; ++k) {
+    size_t i = (first + k) % clients.size();
+    const FillerState& f = clients[i];
+    auto want = static_cast<int64_t>(f.want_ns);
+    if (f.wants_work && want > inflight_share && want - std::max<int64_t>(f.tokens_ns, 0) <= whole_room) {
+      whole = i;
+      break;
+    }
+  }
+  for (size_t i = 0; i < clients.size(); ++i) {
+    const FillerState& f = clients[i];
     if (!f.wants_work) continue;
     int64_t tokens = std::max<int64_t>(f.tokens_ns, 0);
     int64_t room = inflight_share - static_cast<int64_t>(f.inflight_ns) - tokens;
     int64_t amount = top_up ? room : std::min(share, room);
-    auto want = static_cast<int64_t>(f.want_ns);
-    if (want > inflight_share && rate_ns > 0 && want - tokens <= whole_room) {
-      amount = want - f.tokens_ns;  // pays a debt too: the launch must find the balance it needs
-      whole_room = 0;               // one whole launch per period
-    }
+    if (i == whole) amount = static_cast<int64_t>(f.want_ns) - f.tokens_ns;  // pays a debt too
     if (amount > 0) grants.push_back({f.id, amount});
   }
 }

@@ -30,6 +30,7 @@
 // all the fillers' queued work (SpecInF's principle II for a single launch). With no predicted
 // end it waits, as it does when no bubble is long enough (status says so).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -70,9 +71,10 @@ struct Grant {
 // unspent tokens become in-flight work without asking again; a debt gives no extra room.
 // `remaining_ns` (0: not known): time left before the bubble's predicted end; one waiting
 // launch longer than its client's share is granted whole when it fits there after every
-// client's in-flight work.
+// client's in-flight work: the first such client from `first` on (clients taken in turn), so
+// that the whole launch goes round rather than always to the lowest slot.
 void grant_shares(const std::vector<FillerState>& clients, int64_t rate_ns, int64_t inflight_bound, bool top_up,
-                  int64_t remaining_ns, std::vector<Grant>& grants);
+                  int64_t remaining_ns, std::vector<Grant>& grants, size_t first = 0);
 
 class FillPolicy {
  public:
@@ -101,6 +103,7 @@ class FillPolicy {
   uint64_t bubble_started_ns_ = 0;  // the bubble the incremental count belongs to
   int incremental_steps_ = 0;
   double rate_ = 0;
+  size_t turn_ = 0;  // whose long launch is looked at first this period (grant_shares)
 };
 
 }  // namespace tandem::scheduler

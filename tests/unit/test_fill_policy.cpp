@@ -232,6 +232,17 @@ TEST_CASE("FillPolicy: a launch longer than the filler's share is granted whole 
   policy.step(GpuPhase::bubble, false, 2 * kMs, 0, end, two, grants);
   REQUIRE(grants.size() == 2);
   CHECK(grants[0].tokens_ns + grants[1].tokens_ns == 8 * kMsI + 2 * kMsI);  // one whole, one share
+  // ... and the whole launch goes round: four fillers waiting with long launches, each is
+  // granted one whole in four periods (always the lowest slot's before: one filler of four
+  // got a fifth of the others' requests).
+  std::vector<FillerState> four{waiting(1, 8 * kMs), waiting(2, 8 * kMs), waiting(3, 8 * kMs), waiting(4, 8 * kMs)};
+  int wholes[5] = {};
+  for (int period = 0; period < 8; ++period) {
+    policy.step(GpuPhase::bubble, false, 2 * kMs, 0, end, four, grants);
+    for (const Grant& g : grants)
+      if (g.tokens_ns == 8 * kMsI) ++wholes[g.id];
+  }
+  for (int id = 1; id <= 4; ++id) CHECK(wholes[id] == 2);
   // A launch that fits the share is paid from it as before; with no predicted end nothing whole.
   std::vector<FillerState> small{waiting(1, kMs)};
   policy.step(GpuPhase::bubble, false, 2 * kMs, 0, end, small, grants);
