@@ -3,8 +3,9 @@
 throughput retained and bubble utilization with 1, 2 and 4 batch-inference fillers, and the
 time from a bubble's detection to the first token grant. Prints JSON lines.
 --workload pytorch: the same with examples/pytorch/train.py and serve.py (from the project's
-venv) instead of train-sim and infer-sim, per configuration (Exclusive, Co-Exec time
-slicing, Co-Exec MPS, tandem): scripts/bench_fill_pytorch.py.
+venv, or TANDEM_TEST_PYTHON) instead of train-sim and infer-sim, per configuration (Exclusive,
+Co-Exec time slicing, Co-Exec MPS, tandem; with --real the GPU as it is set up, no MPS row):
+scripts/bench_fill_pytorch.py.
 usage: scripts/bench_fill.py [BUILD_DIR] [--seconds S] [--real] [--workload sim|pytorch]"""
 import json
 import os

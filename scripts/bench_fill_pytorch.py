@@ -1,7 +1,8 @@
 """The fill benchmark with real PyTorch programs (scripts/bench_fill.py --workload pytorch):
 examples/pytorch/train.py as the training job (60 ms of GPU work and 30 ms of data loading a
 step, as in tests/e2e/torch_policy_e2e.py) and 1, 2 or 4 copies of examples/pytorch/serve.py
-as batch fillers (closed loop, 4 ms of GPU work a request), on the simulated GPU.
+as batch fillers (closed loop, 4 ms of GPU work a request), on the simulated GPU (or on the
+system's driver with --real: a real GPU, without the MPS configuration).
 
 Configurations, each a window of SECONDS: Exclusive (each program alone), Co-Exec with time
 slicing (the simulator's default, a GPU without MPS), Co-Exec with MPS (SIMGPU_SHARING=mps),
