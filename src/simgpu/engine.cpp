@@ -390,18 +390,18 @@ static CUresult event_state(Event* ev, bool wait) {
   if (!ev || ev->magic != 0x45564e54) return CUDA_ERROR_INVALID_HANDLE;
   Stream* s;
   uint64_t seq;
+  bool captured, recorded;
   {
     std::lock_guard<std::mutex> lock(ev->m);
-    if (ev->captured) return CUDA_ERROR_CAPTURED_EVENT;
-  }
-  // Potentially unsafe during a capture: the real driver refuses it and invalidates the capture.
-  if (capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-  {
-    std::lock_guard<std::mutex> lock(ev->m);
-    if (!ev->recorded) return CUDA_SUCCESS;
+    captured = ev->captured;
+    recorded = ev->recorded;
     s = ev->stream;
     seq = ev->seq;
   }
+  if (captured) return CUDA_ERROR_CAPTURED_EVENT;
+  // Potentially unsafe during a capture: the real driver refuses it and invalidates the capture.
+  if (capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (!recorded) return CUDA_SUCCESS;
   if (!wait) return s->completed.load() >= seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
   std::unique_lock<std::mutex> lock(s->m);
   s->cv.wait(lock, [&] { return s->completed.load() >= seq; });
