@@ -66,21 +66,6 @@ struct PerThreadEntry {
 };
 thread_local PerThreadEntry t_per_thread;
 
-// Captures in progress: our own calls must not disturb them (cf. the progress thread).
-class RelaxedCapture {
- public:
-  RelaxedCapture() noexcept : active_(g_open_captures.load(std::memory_order_relaxed) > 0) {
-    if (active_) g_real.cuThreadExchangeStreamCaptureMode(&mode_);
-  }
-  ~RelaxedCapture() {
-    if (active_) g_real.cuThreadExchangeStreamCaptureMode(&mode_);
-  }
-
- private:
-  bool active_;
-  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
-};
-
 bool is_legacy(CUstream s, bool per_thread) noexcept { return s == CU_STREAM_LEGACY || (!s && !per_thread); }
 bool is_per_thread(CUstream s, bool per_thread) noexcept { return s == CU_STREAM_PER_THREAD || (!s && per_thread); }
 
@@ -297,7 +282,7 @@ void bring_all_home() noexcept {
 // stream to issue on: `s` itself at home.
 CUstream route(CUstream s, bool per_thread, bool may_switch) noexcept {
   std::lock_guard<std::mutex> lock(g_mutex);
-  RelaxedCapture relaxed;
+  RelaxedCaptureScope relaxed;
   if (g_dead) reap_dead();
   if (stream_is_capturing(s, per_thread)) return s;  // never inside a capture: its work is recorded, not run
   int want = wanted_partition();
@@ -328,7 +313,7 @@ CUstream green_op_stream_slow(CUstream s, bool per_thread) noexcept { return rou
 
 void green_home_slow(CUstream s, bool per_thread) noexcept {
   std::lock_guard<std::mutex> lock(g_mutex);
-  RelaxedCapture relaxed;
+  RelaxedCaptureScope relaxed;
   if (stream_is_capturing(s, per_thread)) return;
   if (wanted_partition() == kHome) bring_all_home();
   AppStream* e = find(s, per_thread);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 
 #include "capture_state.h"
 #include "handle_map.h"
@@ -86,10 +87,7 @@ uint64_t kernel_cost_ns(uintptr_t key, uint64_t threads) noexcept {
   if (uint64_t learned = learned_cost_ns(key)) return learned;
   // A shape not learned yet may have a timed launch that just finished (a request's first
   // kernel, waited for by the host): look before guessing, so the next launch pays its length.
-  // Not while a capture is open: an event query in a thread of the default (global) capture
-  // mode is refused by the driver and invalidates the application's capture (seen on an H200);
-  // the progress thread, in relaxed mode, polls meanwhile.
-  if (g_open_captures.load(std::memory_order_relaxed) == 0) poll_cost_samples();
+  poll_cost_samples();
   if (uint64_t learned = learned_cost_ns(key)) return learned;
   uint64_t guess = (threads * g_ns_per_thread_q10.load(std::memory_order_relaxed)) >> 10;
   return std::clamp(guess, kMinKernelCostNs, kMaxGuessNs);
@@ -128,8 +126,10 @@ void cost_sample_end(int sample, CUstream s, bool per_thread, bool launched) noe
 
 void poll_cost_samples() noexcept {
   if (g_polling.exchange(true, std::memory_order_acquire)) return;  // another thread is at it
+  std::optional<RelaxedCaptureScope> relaxed;  // the caller may be an application's thread
   for (Sample& sm : g_samples) {
     if (sm.state.load(std::memory_order_acquire) != kPending) continue;
+    if (!relaxed) relaxed.emplace(true);
     CUresult q = g_real.cuEventQuery(sm.end);
     if (q == CUDA_ERROR_NOT_READY) continue;
     float ms = 0;

@@ -210,7 +210,9 @@ void record_marker_before_collective(CUstream s, bool per_thread) noexcept {
 
 void poll_markers_now() noexcept {
   std::unique_lock<std::mutex> lock(g_marker_mutex, std::try_to_lock);
-  if (lock.owns_lock()) poll_markers_locked(monotonic_ns());
+  if (!lock.owns_lock()) return;
+  RelaxedCaptureScope relaxed(true);  // event queries, in the application's thread (a gate wait)
+  poll_markers_locked(monotonic_ns());
 }
 
 void start_progress_thread() noexcept {
