@@ -215,7 +215,9 @@ void GpuScheduler::tick(uint64_t now_ns) {
   __atomic_store_n(&shm->gpu_phase, !training ? TANDEM_GPU_NO_TRAINING
                                    : phase == GpuPhase::bubble ? TANDEM_GPU_BUBBLE : TANDEM_GPU_BUSY, __ATOMIC_RELEASE);
   if (phase != last_phase_) {
-    trace_.add({phase == GpuPhase::bubble ? detector_.phase_started_ns() : now_ns,
+    // A bubble the detector saw began when the GPU turned quiet; one because the training job
+    // left, now (the detector's phase is then the job's last, a busy one that began earlier).
+    trace_.add({phase == GpuPhase::bubble && training ? detector_.phase_started_ns() : now_ns,
                 phase == GpuPhase::bubble ? 'B' : 'E', 0, 0});
     last_phase_ = phase;
     if (phase == GpuPhase::bubble) futex_bump_and_wake(&shm->bubble_seq);  // online requests waiting for one

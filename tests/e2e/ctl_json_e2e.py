@@ -4,7 +4,7 @@ information of the text output (docs/scheduler.md). One case per command:
   status    the daemon's status document: this test's registered client is in it
   mem       each process's memory: the registered client's row, quota_source none
   mem-set   the quota it set (assigned_quota_bytes), seen by `mem --json`; a refusal: stderr only
-  trace     what it wrote: the file, its event count, events per GPU
+  trace     what it wrote while a training process ran: the file, its event count, events per GPU
   settings  every setting of the text output, with default, accepted and description
   version   the version of the text output
   top       one snapshot of the live view: the registered client's row with its role and GPU
@@ -72,27 +72,26 @@ def case_mem_set(env):
 
 
 def case_trace(env):
+    # Something to record: a training process on the simulated GPU, its iterations busy phases
+    # and bubbles (a registered client that launches nothing changes no phase), running across
+    # the whole trace.
+    train = env.start("train-sim", "--seconds", "20", "--kernel-us", "200", "--compute-kernels", "20",
+                      "--comm-us", "2000", "--gap-us", "8000", role="training")
+    st = env.registered(train)
+    check(st is not None, "a training process registered")
+    uuid = next(g["uuid"] for g in st["gpus"] if any(x["pid"] == train.pid for x in g["slots"]))
     path = os.path.join(env.tmp, "trace.json")
-    trace = subprocess.Popen([os.path.join(env.build, "bin", "tandemctl"), "trace", "--seconds", "1.5", "--out", path,
-                              "--json", "--socket", env.socket], stdout=subprocess.PIPE, text=True)
-    # Something to record: training processes come (the GPU turns busy) and go, for as long as the trace
-    # runs, so that a tandemctl slow to start on a loaded machine still records some of them.
-    registered = []
-    while trace.poll() is None:
-        training = connect(env.socket)
-        registered.append(hello(training, "training", GPU)[0] == HELLO_OK)
-        time.sleep(0.2)
-        training.close()
-        time.sleep(0.1)
-    check(registered and all(registered), "training clients registered during the trace")
-    out, _ = trace.communicate(timeout=30)
-    check(trace.returncode == 0 and out.count("\n") == 1, f"trace --json prints one line: {out!r}")
+    out = ctl(env, "trace", "--seconds", "1.5", "--out", path, "--json").stdout
+    train.kill()
+    train.wait()
+    check(out.count("\n") == 1, f"trace --json prints one line: {out!r}")
     doc = json.loads(out)
     with open(path) as f:
         written = json.load(f)
     check(doc["out"] == path and doc["seconds"] == 1.5, f"trace --json names the file and the span: {doc}")
-    check(doc["events"] == len(written["traceEvents"]) and doc["events"] >= 1, "its event count is the file's")
-    check(GPU in doc["gpus"] and sum(doc["gpus"].values()) == doc["events"], "events per GPU add up to it")
+    check(doc["events"] == len(written["traceEvents"]) and doc["events"] >= 2, "its event count is the file's")
+    check(doc["gpus"].get(uuid, 0) >= 2 and sum(doc["gpus"].values()) == doc["events"],
+          f"events per GPU add up to it, the training GPU's among them: {doc['gpus']}")
 
 
 def case_settings(env):

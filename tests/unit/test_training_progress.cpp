@@ -30,3 +30,24 @@ TEST_CASE("training progress: one client's extra completions do not hide another
   for (int i = 0; i < 3; ++i) gpu.tick(t += kMs);
   CHECK(gpu.gpu_phase() == GpuPhase::bubble);
 }
+
+TEST_CASE("trace: a training job that leaves while busy opens a bubble at its departure") {
+  SchedulerParams params;
+  GpuScheduler gpu("00112233445566778899aabbccddeeff", params);
+  REQUIRE(gpu.segment().ok());
+  int a = gpu.segment().claim(100, TANDEM_ROLE_TRAINING);
+  uint64_t t = 0;
+  gpu.tick(t += kMs);
+  const uint64_t busy_from = t;
+  for (int i = 0; i < 5; ++i) {  // launching all along: busy
+    gpu.segment().page(a)->launches += 10;
+    gpu.tick(t += kMs);
+  }
+  REQUIRE(gpu.gpu_phase() == GpuPhase::busy);
+  gpu.segment().release(a);
+  gpu.tick(t += kMs);
+  std::vector<TraceEvent> events = gpu.trace().events_since(busy_from);
+  REQUIRE(!events.empty());
+  CHECK(events.back().kind == 'B');
+  CHECK(events.back().t_ns == t);  // not busy_from, when the job's busy phase began
+}
