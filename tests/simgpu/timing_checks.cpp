@@ -146,12 +146,19 @@ void check_copy_time(const char* fatbin) {
   std::vector<unsigned char> host(kBytes, 0x11);
   std::memset(reinterpret_cast<void*>(a), 1, kBytes);  // resident: the CPU's share stays small
   std::memset(reinterpret_cast<void*>(b), 1, kBytes);
+  // Never faster than the model; not much slower in the best of 3 tries (a loaded machine's
+  // scheduler may hold a try back tens of ms: one CI run's memset took 47 ms for 33.6).
   auto timed = [](const char* what, double model_s, auto&& op) {
-    auto t0 = std::chrono::steady_clock::now();
-    op();
-    double t = seconds_since(t0);
-    std::printf("%-28s %.1f ms (model %.1f ms)\n", what, t * 1e3, model_s * 1e3);
-    CHECK(t >= model_s * 0.97 && t < model_s * 1.3 + 0.015);
+    double best = 1e9;
+    for (int attempt = 0; attempt < 3 && best >= model_s * 1.3 + 0.015; ++attempt) {
+      auto t0 = std::chrono::steady_clock::now();
+      op();
+      double t = seconds_since(t0);
+      std::printf("%-28s %.1f ms (model %.1f ms)\n", what, t * 1e3, model_s * 1e3);
+      CHECK(t >= model_s * 0.97);
+      best = std::min(best, t);
+    }
+    CHECK(best < model_s * 1.3 + 0.015);
   };
   const double mb = static_cast<double>(kBytes);
   timed("memset 32 MiB (1 GB/s)", mb / 1e9, [&] { CK(cuMemsetD8(a, 0x5a, kBytes)); });
