@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -55,6 +56,32 @@ Marker g_ring[kMarkers];
 uint64_t g_head = 0, g_tail = 0;  // recorded, completed
 
 std::atomic<bool> g_thread_started{false};
+
+// At exit the driver tears its state down (in its exit handlers and library destructors), and
+// this thread must not be inside it then. The thread's driver calls come in turns; an exit
+// handler registered after cuInit (so run before the driver's) marks the process exiting and
+// waits, at most 50 ms, for a turn under way to end. A turn begins only while the process is
+// not exiting (both sides sequentially consistent: one of them sees the other).
+std::atomic<bool> g_exiting{false};
+std::atomic<bool> g_in_turn{false};
+
+bool begin_turn() noexcept {
+  g_in_turn.store(true);
+  if (!g_exiting.load()) return true;
+  g_in_turn.store(false);
+  return false;
+}
+
+void end_turn() noexcept { g_in_turn.store(false); }
+
+void stop_turns_at_exit() {
+  g_exiting.store(true);
+  const uint64_t deadline = monotonic_ns() + 50000000ull;
+  while (g_in_turn.load() && monotonic_ns() < deadline) {
+    timespec ts{0, 100000};
+    nanosleep(&ts, nullptr);
+  }
+}
 
 bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   tandem_client_page* page = current_slot() ? current_page() : nullptr;  // what this process writes
@@ -131,6 +158,9 @@ void* progress_main(void*) {
   CUcontext ctx = nullptr;
   // At most 10 ms apart whatever the period: the memory pool waits (bounded) for the first link.
   while (!(ctx = g_notes.context.load(std::memory_order_acquire))) sleep_ns(std::min<uint64_t>(period, 10000000));
+  static std::atomic<bool> exit_handler{false};  // once a process (a forked child inherits it)
+  if (!exit_handler.exchange(true)) atexit(stop_turns_at_exit);  // the context exists: cuInit has run
+  if (!begin_turn()) return nullptr;
   g_real.cuCtxSetCurrent(ctx);
   g_real.cuThreadExchangeStreamCaptureMode(&relaxed);
   prepare_green_partitions();  // training: its live SM partitions, where the driver has green contexts
@@ -142,7 +172,9 @@ void* progress_main(void*) {
     std::memcpy(uuid, u.bytes, sizeof uuid);
   g_real.cuDeviceTotalMem_v2(&total, dev);
   uint64_t next_link_attempt = 0;
+  end_turn();
   for (;;) {
+    if (!begin_turn()) return nullptr;
     uint64_t now = monotonic_ns();
     if (!current_slot()) {
       if (now >= next_link_attempt) {
@@ -186,6 +218,7 @@ void* progress_main(void*) {
       std::lock_guard<std::mutex> lock(g_marker_mutex);
       poll_markers_locked(now);
     }
+    end_turn();
     // tandemd wakes this thread when it changes the quota (memory wanted back at once).
     if (woken_by && woken_by == current_slot()) {
       futex_wait(&woken_by->memory_wake, memory_seen, tick);
@@ -238,6 +271,7 @@ void progress_after_fork_child() noexcept {
   g_notes.work_since_marker.store(false);
   g_notes.nccl_since_marker.store(false);
   g_thread_started.store(false);
+  g_in_turn.store(false);  // the parent's thread may have been in a turn at the fork
 }
 
 }  // namespace tandem::hook

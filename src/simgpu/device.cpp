@@ -1,6 +1,10 @@
 // Initialisation, devices (a Hopper-like GPU), contexts, error strings.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "sim.h"
 
@@ -16,6 +20,32 @@ int g_primary_refs[16];
 }  // namespace
 
 bool initialized() { return g_initialized.load(); }
+
+namespace {
+// The real driver tears its state down at exit, in handlers that cuInit registers; a thread
+// still calling it then meets freed state (a crash, or CUDA_ERROR_DEINITIALIZED). Modelled
+// where SIMGPU_EXIT_TEARDOWN_US is set: the teardown lasts that long; the event calls made from
+// its start on answer CUDA_ERROR_DEINITIALIZED and are counted, and its end says how many came.
+std::atomic<bool> g_torn_down{false};
+std::atomic<uint64_t> g_calls_in_teardown{0};
+
+void exit_teardown() {
+  g_torn_down.store(true);
+  timespec ts{static_cast<time_t>(settings().exit_teardown_ns / 1000000000ull),
+              static_cast<long>(settings().exit_teardown_ns % 1000000000ull)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  if (uint64_t n = g_calls_in_teardown.load())
+    std::fprintf(stderr, "[simgpu %d] error: %llu driver calls during the driver's exit teardown\n",
+                 static_cast<int>(getpid()), static_cast<unsigned long long>(n));
+}
+}  // namespace
+
+bool torn_down() {
+  if (!g_torn_down.load(std::memory_order_relaxed)) return false;
+  g_calls_in_teardown.fetch_add(1);
+  return true;
+}
 bool valid_device(CUdevice d) { return d >= 0 && d < visible_device_count(); }
 Context* primary_context(int device) {
   g_primary[device].device = device;
@@ -38,6 +68,8 @@ SIM_API CUresult cuInit(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   // Like the real driver: no visible GPU (CUDA_VISIBLE_DEVICES="" or naming none) fails init.
   if (visible_device_count() == 0) return CUDA_ERROR_NO_DEVICE;
+  static std::atomic<bool> teardown_registered{false};
+  if (settings().exit_teardown_ns && !teardown_registered.exchange(true)) atexit(exit_teardown);
   g_initialized = true;
   return CUDA_SUCCESS;
 }

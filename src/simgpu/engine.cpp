@@ -368,6 +368,7 @@ SIM_API CUresult cuEventDestroy_v2(CUevent e) {
   return CUDA_SUCCESS;
 }
 static CUresult event_record(CUevent e, CUstream s, bool per_thread) {
+  if (torn_down()) return CUDA_ERROR_DEINITIALIZED;
   auto* ev = reinterpret_cast<Event*>(e);
   Stream* st = resolve_stream(s, per_thread);
   if (!ev || ev->magic != 0x45564e54 || !st) return CUDA_ERROR_INVALID_HANDLE;
@@ -387,6 +388,7 @@ STREAM_PAIR(cuEventRecord, (CUevent e, CUstream s), event_record(e, s, per_threa
 STREAM_PAIR(cuEventRecordWithFlags, (CUevent e, CUstream s, unsigned flags), event_record(e, s, per_thread))
 
 static CUresult event_state(Event* ev, bool wait) {
+  if (torn_down()) return CUDA_ERROR_DEINITIALIZED;
   if (!ev || ev->magic != 0x45564e54) return CUDA_ERROR_INVALID_HANDLE;
   Stream* s;
   uint64_t seq;

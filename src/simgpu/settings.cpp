@@ -35,6 +35,7 @@ constexpr Row kSettings[] = {
     {"SIMGPU_LAUNCH_LATENCY_US", "4", "a kernel starts no earlier than this after its launch on an idle stream"},
     {"SIMGPU_DEVICE_GBPS", "3350", "device memory bandwidth, GB/s (HBM3): memsets and device-to-device copies"},
     {"SIMGPU_PCIE_GBPS", "54", "host<->device copy bandwidth, GB/s (PCIe 5.0 x16 achieved)"},
+    {"SIMGPU_EXIT_TEARDOWN_US", "0", "the driver's teardown at exit, registered by cuInit: event calls from its start on fail and are reported (0: none)"},
     {"SIMGPU_DETERMINISTIC", "0", "1: fixed costs, no jitter"},
     {"SIMGPU_FAIL", "", "failure injection: <api>:<nth>[,<api>:<nth>...]"},
     {"SIMGPU_LOG", "warn", "error|warn|info|debug"},
@@ -80,6 +81,7 @@ Settings load() {
   s.launch_latency_ns = number("SIMGPU_LAUNCH_LATENCY_US", 0, 1000000) * 1000;
   s.device_gbps = number("SIMGPU_DEVICE_GBPS", 1, 1000000);
   s.pcie_gbps = number("SIMGPU_PCIE_GBPS", 1, 1000000);
+  s.exit_teardown_ns = number("SIMGPU_EXIT_TEARDOWN_US", 0, 10000000) * 1000;
   s.deterministic = std::strcmp(value_of("SIMGPU_DETERMINISTIC"), "1") == 0;
   s.shm_prefix = value_of("SIMGPU_SHM");
   if (s.shm_prefix.empty()) s.shm_prefix = "/simgpu-" + std::to_string(getuid());

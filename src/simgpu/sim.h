@@ -60,6 +60,7 @@ struct Settings {
   uint64_t launch_latency_ns = 4000;   // SIMGPU_LAUNCH_LATENCY_US: launch to start on an idle stream
   uint64_t device_gbps = 3350;         // SIMGPU_DEVICE_GBPS: memsets, device-to-device copies
   uint64_t pcie_gbps = 54;             // SIMGPU_PCIE_GBPS: host<->device copies
+  uint64_t exit_teardown_ns = 0;       // SIMGPU_EXIT_TEARDOWN_US: the driver's teardown at exit (0: none)
   bool deterministic = false;
   int log = 1;                        // 0 error, 1 warn, 2 info, 3 debug
   std::string shm_prefix;             // SIMGPU_SHM
@@ -99,6 +100,7 @@ void physical_uuid(int physical, unsigned char out[16]);
 std::string uuid_text(int physical);    // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 CUstreamCaptureMode thread_capture_mode();  // cuThreadExchangeStreamCaptureMode's per-thread mode
 bool initialized();
+bool torn_down();  // the driver's exit teardown has begun (SIMGPU_EXIT_TEARDOWN_US): counts the call
 
 // ---- modules (module.cpp) ----
 struct Module;
