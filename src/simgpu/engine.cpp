@@ -194,7 +194,7 @@ CUresult submit(Stream* s, Op op) {
     record_into_capture(s, op);
     return CUDA_SUCCESS;
   }
-  if (s->legacy && capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  if (s->legacy && unsafe_calls_prohibited()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
   // Implicit synchronization with the legacy stream.
   if (s->legacy) {
     // Streams of this process only: a parent's stream (before fork()) has no worker here, and
@@ -242,7 +242,7 @@ CUresult synchronize_stream(Stream* s) {
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
   if (stream_context_destroyed(s)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   if (s->capture) return invalidate_capture(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-  if (s->legacy && capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  if (s->legacy && unsafe_calls_prohibited()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
   if (s->legacy) {
     for (Stream* b : all_streams())
       if (b->blocking && b->magic) wait_for(b, enqueued_now(b));
@@ -255,12 +255,12 @@ CUresult query_stream(Stream* s) {
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
   if (stream_context_destroyed(s)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   if (s->capture) return invalidate_capture(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-  if (capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (CUresult r = refuse_unsafe_call()) return r;
   return s->completed.load() >= enqueued_now(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult synchronize_all() {
-  if (capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (CUresult r = refuse_unsafe_call()) return r;
   for (Stream* s : all_streams())
     if (s->magic && s->owner_pid == getpid()) wait_for(s, enqueued_now(s));
   return CUDA_SUCCESS;
@@ -298,8 +298,9 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream s) {
 // refuses it and invalidates the capture); the simulator's own waits (a stream destroyed, a
 // stream-ordered free) are not.
 static CUresult stream_synchronize(Stream* s) {
-  if (s && !s->capture && !s->legacy && capture_is_global_active())
-    return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (s && !s->capture && !s->legacy) {
+    if (CUresult r = refuse_unsafe_call()) return r;
+  }
   return synchronize_stream(s);
 }
 STREAM_PAIR(cuStreamSynchronize, (CUstream s), stream_synchronize(resolve_stream(s, per_thread)))
@@ -401,8 +402,7 @@ static CUresult event_state(Event* ev, bool wait) {
     seq = ev->seq;
   }
   if (captured) return CUDA_ERROR_CAPTURED_EVENT;
-  // Potentially unsafe during a capture: the real driver refuses it and invalidates the capture.
-  if (capture_is_global_active()) return invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (CUresult r = refuse_unsafe_call()) return r;
   if (!recorded) return CUDA_SUCCESS;
   if (!wait) return s->completed.load() >= seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
   std::unique_lock<std::mutex> lock(s->m);

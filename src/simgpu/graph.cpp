@@ -40,7 +40,7 @@ void flatten(const Graph* g, std::vector<Op>& out) {
 // with driver 580: a global-mode thread's cuEventQuery beside another thread's global capture
 // fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates it; a thread-local or relaxed
 // thread's does not.)
-bool capture_is_global_active() {
+bool unsafe_calls_prohibited() {
   CUstreamCaptureMode mine = thread_capture_mode();
   if (mine == CU_STREAM_CAPTURE_MODE_RELAXED) return false;
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -51,6 +51,10 @@ bool capture_is_global_active() {
     if (!own && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && mine == CU_STREAM_CAPTURE_MODE_GLOBAL) return true;
   }
   return false;
+}
+
+CUresult refuse_unsafe_call() {
+  return unsafe_calls_prohibited() ? invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) : CUDA_SUCCESS;
 }
 
 void join_capture(Stream* s, Capture* c) {
@@ -164,7 +168,7 @@ static CUresult is_capturing(CUstream h, CUstreamCaptureStatus* status, bool per
   Stream* s = resolve_stream(h, per_thread);
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  if (s->legacy && capture_is_global_active()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (s->legacy && unsafe_calls_prohibited()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   *status = !s->capture ? CU_STREAM_CAPTURE_STATUS_NONE
             : s->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                       : CU_STREAM_CAPTURE_STATUS_ACTIVE;

@@ -302,7 +302,11 @@ struct GraphExec {
 };
 // True when an open capture forbids the calling thread's potentially unsafe calls: a global
 // capture (unless this thread is in relaxed mode) or this thread's own thread-local capture.
-bool capture_is_global_active();
+bool unsafe_calls_prohibited();
+// A potentially unsafe call (a query or synchronization) where unsafe_calls_prohibited():
+// refused, and the captures it would disturb invalidated, as the real driver does. CUDA_SUCCESS
+// where the call may go on.
+CUresult refuse_unsafe_call();
 // Joins stream `s` to `c` (fork/join capture through events).
 void join_capture(Stream* s, Capture* c);
 void record_into_capture(Stream* s, const Op& op);
