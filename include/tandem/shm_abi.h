@@ -173,10 +173,13 @@ struct tandem_shm_header {
   uint32_t request_seq;         /* futex word: incremented (and woken) by the daemon when it sees an
                                    online request end (a slot's requests_open fall) */
   uint32_t training_duty_ppm;   /* slo policy: training's duty cycle, parts per million */
-  uint32_t requests_unheld;     /* slo policy: 1 while gated launches need not wait for open online
-                                   requests (a busy server, requests back to back: holding would leave
+  uint32_t requests_unheld;     /* 1 while gated launches need not wait for open online requests. slo
+                                   policy: a busy server, requests back to back (holding would leave
                                    training less than its duty cycle); they are still bounded by their
-                                   tokens and in-flight window. 0 (and in an older daemon): they wait. */
+                                   tokens and in-flight window. fill policy: requests may not hold
+                                   training now (TANDEM_FILL_ONLINE_HOLD spent or 0), so a request
+                                   waits for a bubble; 0: it runs at once and holds training.
+                                   0 (and in an older daemon): they wait. */
   uint8_t reserved[28];
   struct tandem_slot slots[TANDEM_MAX_SLOTS];
 };

@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
   sp.fill.stable_after_ns = ns(SettingId::TANDEM_FILL_STABLE_US);
   sp.fill.max_inflight_ns = ns(SettingId::TANDEM_MAX_INFLIGHT_US);
   sp.fill.fill_during_comm = setting_bool(SettingId::TANDEM_FILL_COMM);
+  sp.fill.online_hold = static_cast<double>(tandem::setting_int(SettingId::TANDEM_FILL_ONLINE_HOLD)) / 100;
   sp.slo.predict = setting_bool(SettingId::TANDEM_SLO_PREDICT);
   sp.slo.period_ns = sp.period_ns;
   sp.slo.control_period_ns = ns(SettingId::TANDEM_SLO_PERIOD_MS);

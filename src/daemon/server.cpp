@@ -273,6 +273,10 @@ std::string Server::status_json() const {
                     {"mean_busy_ms", static_cast<double>(d.mean_busy_ns()) / 1e6},
                     {"longest_bubble_ms", static_cast<double>(d.longest_bubble_ns()) / 1e6},
                     {"admission_refused", g->refusals()},
+                    // Policy fill: online requests' holds of training (TANDEM_FILL_ONLINE_HOLD)
+                    {"online_holds", g->policy() == TANDEM_POLICY_SLO ? nlohmann::json(nullptr)
+                                     : nlohmann::json{{"part", 1.0 - g->request_holds().params().floor},
+                                                      {"refused_ms", static_cast<double>(g->request_holds().refused_ns()) / 1e6}}},
                     {"slo", slo},
                     {"pool", pool_status(uuid)},
                     {"capacity", capacity_status(*g)},

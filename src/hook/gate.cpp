@@ -13,11 +13,13 @@ namespace tandem::hook {
 
 bool g_job_local = false;
 
-// Policy slo: an online inference request is running. Only active inference slots count, and
-// a request open for more than 4 times its target is taken for a stuck client and ignored.
+// An online inference request is running that holds the gated (tandemd publishes a slot's
+// requests_open only while its requests may hold: policy slo, or fill within
+// TANDEM_FILL_ONLINE_HOLD). Only active inference slots count, and a request open for more than
+// 4 times its target is taken for a stuck client and ignored.
 bool online_request_open(const tandem_shm_header* shm, uint64_t now) noexcept {
-  if (__atomic_load_n(&shm->policy, __ATOMIC_ACQUIRE) != TANDEM_POLICY_SLO) return false;
-  // A busy server (requests back to back): tandemd lets training run beside them, bounded.
+  // Requests that hold nothing now: a busy server's under policy slo (tandemd lets training run
+  // beside them, bounded), or under policy fill once the second's part is spent.
   if (__atomic_load_n(&shm->requests_unheld, __ATOMIC_ACQUIRE)) return false;
   uint64_t mask = __atomic_load_n(&shm->inference_slots, __ATOMIC_ACQUIRE);
   for (; mask; mask &= mask - 1) {
@@ -72,9 +74,9 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
     uint32_t request_seq = shm ? __atomic_load_n(&shm->request_seq, __ATOMIC_ACQUIRE) : 0;
     bool open = __atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) == TANDEM_GATE_OPEN;
     uint64_t now = monotonic_ns();
-    // Under policy slo nothing of this process starts while an online request runs (the
-    // request then waits at most for the work already on the GPU), and the work in flight is
-    // bounded here, where completions are seen first (the progress thread wakes this wait).
+    // Nothing of this process starts while an online request holds it (the request then waits
+    // at most for the work already on the GPU), and the work in flight is bounded here, where
+    // completions are seen first (the progress thread wakes this wait).
     bool request_running = !open && shm && online_request_open(shm, now);
     bool full = queue_full(slot, page);
     if (!request_running && !full && (open || balance(slot, page) >= need)) {

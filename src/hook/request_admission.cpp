@@ -18,6 +18,9 @@ void admit_request(tandem_client_page* page, const tandem_shm_header* shm, uint6
     uint32_t phase = __atomic_load_n(&shm->gpu_phase, __ATOMIC_ACQUIRE);
     uint64_t now = monotonic_ns();
     if (phase == TANDEM_GPU_NO_TRAINING) break;
+    // tandemd lets requests hold training now (TANDEM_FILL_ONLINE_HOLD): run at once, it holds
+    // training's launches while the request is open.
+    if (!__atomic_load_n(&shm->requests_unheld, __ATOMIC_ACQUIRE)) break;
     if (phase == TANDEM_GPU_BUBBLE) {
       uint64_t end = __atomic_load_n(&shm->predicted_bubble_end_ns, __ATOMIC_ACQUIRE);
       if (end == 0 || now + need <= end) break;  // no profile yet, or the bubble holds the request

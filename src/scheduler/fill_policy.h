@@ -47,6 +47,7 @@ struct FillParams {
   uint64_t stable_after_ns = 1500000;  // bubble age at which the stable phase starts
   uint64_t max_inflight_ns = 4000000;  // bound on fillers' issued-but-unfinished work (all fillers)
   bool fill_during_comm = false;       // grant while training's NCCL kernels run (right with MPS)
+  double online_hold = 0.05;           // of each second, online requests may hold training (0: never)
 };
 
 enum class FillPhase { closed, communication, conservative, incremental, stable };

@@ -16,7 +16,9 @@ void wake(tandem_slot& s) { futex_bump_and_wake(&s.wake); }
 
 GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& params)
     : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill), slo_(params.slo),
-      holds_({RequestHoldParams{}.window_ns, params.slo.controller.min_duty}), zico_(params.period_ns),
+      holds_({RequestHoldParams{}.window_ns,
+              params.policy == TANDEM_POLICY_SLO ? params.slo.controller.min_duty : 1.0 - params.fill.online_hold}),
+      zico_(params.period_ns),
       capacity_(params.slots) {
   if (segment_.ok()) {
     segment_.shm()->sample_us = params.period_ns / 1000;
@@ -160,8 +162,11 @@ void GpuScheduler::tick(uint64_t now_ns) {
 
   // Which requests may hold the best-effort job (stuck ones never, the others within the
   // floor), published for the clients' gates; stuck ones no longer count for the policy.
+  // Policy fill: requests hold training, within TANDEM_FILL_ONLINE_HOLD of each second (the
+  // holds' floor is the rest), so that one arriving while training computes runs at once.
   const bool slo = params_.policy == TANDEM_POLICY_SLO;
-  const bool may_hold = holds_.allow(now_ns, online_, slo_.duty());
+  const bool fill_holds = !slo && training && !online_.empty() && params_.fill.online_hold > 0;
+  const bool may_hold = holds_.allow(now_ns, online_, slo ? slo_.duty() : 1.0) && (slo || fill_holds);
   bool holding = false;
   for (const OnlineClient& o : online_) {
     uint32_t open = may_hold ? o.requests_open : 0;
@@ -193,9 +198,25 @@ void GpuScheduler::tick(uint64_t now_ns) {
     slo_saturated_warned_ = slo_.controller().saturated();
     policy_.limit_inflight(slo_.gating() ? slo_.inflight_bound_ns() : UINT64_MAX);
     __atomic_store_n(&shm->requests_unheld, slo_.requests_unheld() ? 1u : 0u, __ATOMIC_RELEASE);
+    // Unheld (a busy server), requests let training run at its duty cycle: not a hold.
+    holds_.decided(slo_.gating(), slo_.gating() && holding && !slo_.requests_unheld(), slo_.duty());
+  } else {
+    // Policy fill: training's launches wait while a request holds it (the gate reopens at the
+    // tick after the request's end), and its queued work stays under the fillers' bound while
+    // online inference is registered: a request that holds it waits for little of it.
+    set_gates(shm, training_, holding ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
+    set_inflight_bounds(shm, training_, fill_holds ? params_.fill.max_inflight_ns / training_.size() : 0);
+    // Published for the requests' admission: 0 lets a request run at once, 1 sends it to a bubble.
+    __atomic_store_n(&shm->requests_unheld, may_hold ? 0u : 1u, __ATOMIC_RELEASE);
+    // A hold costs training only the time it began while training computed (the phase is kept
+    // below) and in which training has nothing left on the GPU: its queued work runs on beside
+    // the request, and in a bubble it had nothing to run. Charging the whole hold spent the
+    // part on about half the requests that came while training computed (20 a second of 5 ms).
+    bool training_queued = std::any_of(training_.begin(), training_.end(),
+                                       [](const FillerState& t) { return t.inflight_ns > 0; });
+    bool charged = holding && detector_.phase() == GpuPhase::busy && !training_queued;
+    holds_.decided(charged, charged, 1.0);
   }
-  // Unheld (a busy server), requests let training run at its duty cycle: not a hold.
-  holds_.decided(slo && slo_.gating(), slo && slo_.gating() && holding && !slo_.requests_unheld(), slo_.duty());
   publish_live_partition(shm, slo && training);
   request_running_ = slo && training && slo_.gating() && holding;
 
@@ -210,7 +231,10 @@ void GpuScheduler::tick(uint64_t now_ns) {
     if (!slo) set_gates(shm, fillers_, TANDEM_GATE_OPEN);
     set_inflight_bounds(shm, fillers_, kAloneInflightFactor * params_.fill.max_inflight_ns);
   }
-  GpuPhase phase = training ? detector_.update(sample) : GpuPhase::bubble;
+  // While a request holds training under policy fill, the quiet it makes is no bubble of
+  // training's (learned, it would shorten the predicted bubbles): the phase stays as it was.
+  const bool fill_holding = !slo && holding;
+  GpuPhase phase = !training ? GpuPhase::bubble : fill_holding ? detector_.phase() : detector_.update(sample);
   __atomic_store_n(&shm->predicted_bubble_end_ns, training ? detector_.predicted_bubble_end_ns() : 0, __ATOMIC_RELEASE);
   __atomic_store_n(&shm->gpu_phase, !training ? TANDEM_GPU_NO_TRAINING
                                    : phase == GpuPhase::bubble ? TANDEM_GPU_BUBBLE : TANDEM_GPU_BUSY, __ATOMIC_RELEASE);

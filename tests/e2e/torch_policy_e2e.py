@@ -13,11 +13,13 @@ Without the project's venv the test is skipped (exit 77) with the reason.
         Poisson arrivals, 20 a second, 4 ms of GPU work a request) under policy fill, on a GPU
         with MPS (SIMGPU_SHARING=mps) in every configuration: SpecInF's comparison with MPS
         Co-Exec. Two servers, one seen by its synchronizations, one by tandem's client API
-        (--tandem-requests). For each, under tandem: training keeps >= 0.95 of Exclusive, the
-        requests are admitted into bubbles that hold them (>= 0.8 answered before training
-        resumes, against about a third under MPS Co-Exec) and their p95 exceeds MPS Co-Exec's
-        by at most one training iteration (the wait for a bubble). SpecInF's goal, p95 <= 0.5 x
-        MPS Co-Exec's, is printed, not asserted: not met on the simulated GPU (docs/scheduler.md)
+        (--tandem-requests). For each, under tandem (TANDEM_FILL_ONLINE_HOLD, 5%): training
+        keeps >= 0.95 of Exclusive, requests run at once while they may hold training (p50 <=
+        1.5 x MPS Co-Exec's; about 3 x when every request waits for a bubble, as with the
+        setting at 0), and their p95 exceeds MPS Co-Exec's by at most one training iteration
+        (the wait for a bubble, once a second's holds are spent). SpecInF's goal, p95 <= 0.5 x
+        MPS Co-Exec's, is printed, not asserted: not met on the simulated GPU, whose MPS slows a
+        request beside training only to about 1.5 x Exclusive's p95 (docs/scheduler.md)
   slo   serve.py as online inference (Poisson arrivals, 20 a second, 20 ms of GPU work a
         request, TANDEM_SLO_MS 100) beside training: under tandemd --policy slo its p99 is
         held at the target (<= 1.2 x the target, or x Exclusive's p99 where the host's noise
@@ -318,10 +320,11 @@ def fill_online(env, rounds):
     for k, rs in results.items():
         kept = max(r["train"] for r in rs)
         check(kept >= 0.95, f"{k}: training under tandem keeps {kept:.3f} >= 0.95 of Exclusive (best round)")
-        # Admitted into bubbles that hold them: answered before training resumes (under MPS
-        # Co-Exec, where requests run as they arrive, about a third are: 0.32-0.43 measured).
-        inb = max(r["in"] for r in rs)
-        check(inb >= 0.8, f"{k}: requests answered in training's bubbles under tandem ({inb:.2f} >= 0.8, best round)")
+        # Run at once, holding training, while the second's holds last: p50 about MPS Co-Exec's
+        # (1.0-1.15 x measured), where admitting every request into a bubble made it about 3 x
+        # (29-32 ms against 10 ms, the setting at 0).
+        p50 = min(r["p50"] / r["co_p50"] for r in rs)
+        check(p50 <= 1.5, f"{k}: requests run at once, holding training: p50 {p50:.2f} <= 1.5 x MPS Co-Exec's (best round)")
         # What that costs a request: the wait for the next bubble that holds it, at most one
         # training iteration more than MPS Co-Exec's p95 (whose sharing slows a request's kernels).
         best = min(rs, key=lambda r: r["p95"] - r["co_p95"] - r["iteration_ms"])

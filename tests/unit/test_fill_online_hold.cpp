@@ -1,0 +1,136 @@
+// Policy fill with online inference (TANDEM_FILL_ONLINE_HOLD): a request may hold training so
+// that it runs at once; holds made while training computes are bounded to the setting's part of
+// each second, after which requests are sent to bubbles; a hold's quiet is not learned as a
+// bubble; 0 turns holds off (SpecInF's pull-and-execute only).
+#include <catch2/catch.hpp>
+
+#include "gpu_scheduler.h"
+
+using namespace tandem::scheduler;
+
+namespace {
+constexpr uint64_t kMs = 1000000;
+
+struct FillGpu {
+  GpuScheduler gpu;
+  tandem_shm_header* shm = gpu.segment().shm();
+  int train = gpu.segment().claim(500, TANDEM_ROLE_TRAINING);
+  int online = gpu.segment().claim(300, TANDEM_ROLE_INFERENCE);
+  uint64_t t = 1000 * kMs;
+
+  explicit FillGpu(double hold) : gpu("00112233445566778899aabbccddeeff", params(hold)) {}
+  static SchedulerParams params(double hold) {
+    SchedulerParams p;
+    p.policy = TANDEM_POLICY_FILL;
+    p.fill.online_hold = hold;
+    return p;
+  }
+  tandem_client_page* page() { return gpu.segment().page(online); }
+  void request(bool open) {
+    page()->requests_open = open ? 1 : 0;
+    page()->slo_us = 100000;
+    page()->request_activity_ns = t;
+  }
+  // One tick of a training process that computes (launches) or waits (a bubble).
+  void tick(bool computing) {
+    if (computing) gpu.segment().page(train)->launches += 1;
+    gpu.tick(t += kMs);
+  }
+  bool training_held() const {
+    return shm->slots[train].gate == TANDEM_GATE_TOKENS && shm->slots[online].requests_open > 0 &&
+           shm->requests_unheld == 0;
+  }
+};
+}  // namespace
+
+TEST_CASE("fill online hold: a request holds training at once, and training's queue is bounded meanwhile") {
+  FillGpu g(0.05);
+  for (int i = 0; i < 5; ++i) g.tick(true);
+  REQUIRE(g.gpu.gpu_phase() == GpuPhase::busy);
+  CHECK(g.shm->requests_unheld == 0);  // a request may run at once
+  CHECK(g.shm->slots[g.train].inflight_bound_ns == FillParams{}.max_inflight_ns);  // online inference registered
+  CHECK(g.shm->slots[g.train].gate == TANDEM_GATE_OPEN);
+  g.request(true);
+  g.tick(true);
+  CHECK(g.training_held());
+  for (int i = 0; i < 5; ++i) g.tick(false);  // training's launches wait: quiet, but no bubble
+  CHECK(g.gpu.gpu_phase() == GpuPhase::busy);
+  CHECK(g.shm->gpu_phase == TANDEM_GPU_BUSY);
+  g.request(false);
+  g.tick(false);
+  CHECK(g.shm->slots[g.train].gate == TANDEM_GATE_OPEN);
+  CHECK(g.shm->slots[g.online].requests_open == 0);
+}
+
+TEST_CASE("fill online hold: holds while training computes take at most the setting's part of each second") {
+  FillGpu g(0.05);
+  const uint64_t first = g.t + kMs;  // the holds' windows count from the first tick
+  for (int i = 0; i < 5; ++i) g.tick(true);
+  uint64_t held[3] = {}, sent_to_bubbles = 0;
+  for (int k = 0; k < 2500; ++k) {  // seconds of a request always open while training computes
+    g.request(true);
+    g.tick(true);
+    uint64_t window = (g.t - first) / (1000 * kMs);
+    if (window < 3) held[window] += g.training_held();
+    sent_to_bubbles += g.shm->requests_unheld;
+    if (k == 1500) CHECK(g.shm->slots[g.train].gate == TANDEM_GATE_OPEN);  // once spent, training runs beside it
+  }
+  INFO("held " << held[0] << ", " << held[1] << ", " << held[2] << " ms of three seconds");
+  for (uint64_t ms : held) CHECK(ms <= 51);
+  CHECK(held[1] >= 45);  // a whole second: holds are a part of it, not off
+  CHECK(sent_to_bubbles >= 2500 - 3 * 51);
+}
+
+TEST_CASE("fill online hold: holds in a bubble cost training nothing and are not counted") {
+  FillGpu g(0.05);
+  for (int i = 0; i < 5; ++i) g.tick(true);
+  for (int i = 0; i < 5; ++i) g.tick(false);
+  REQUIRE(g.gpu.gpu_phase() == GpuPhase::bubble);
+  uint64_t held = 0;
+  for (int k = 0; k < 500; ++k) {  // half a second of a request open in the bubble
+    g.request(true);
+    g.tick(false);
+    held += g.training_held();
+  }
+  CHECK(held == 500);
+}
+
+TEST_CASE("fill online hold: 0 turns holds off; no training, nothing to hold") {
+  FillGpu off(0);
+  for (int i = 0; i < 5; ++i) off.tick(true);
+  off.request(true);
+  off.tick(true);
+  CHECK_FALSE(off.training_held());
+  CHECK(off.shm->requests_unheld == 1);  // requests wait for a bubble
+  CHECK(off.shm->slots[off.train].gate == TANDEM_GATE_OPEN);
+  CHECK(off.shm->slots[off.train].inflight_bound_ns == 0);
+
+  FillGpu alone(0.05);
+  alone.gpu.segment().release(alone.train);
+  alone.request(true);
+  alone.tick(false);
+  CHECK(alone.shm->slots[alone.online].requests_open == 0);
+  CHECK(alone.shm->requests_unheld == 1);
+}
+
+TEST_CASE("fill online hold: a hold costs nothing while training's queued work still runs") {
+  FillGpu g(0.05);
+  for (int i = 0; i < 5; ++i) g.tick(true);
+  tandem_client_page* train = g.gpu.segment().page(g.train);
+  train->issued_ns = 4 * kMs;  // launched, not completed: the GPU works for training beside the request
+  uint64_t held = 0;
+  for (int k = 0; k < 500; ++k) {
+    g.request(true);
+    g.tick(false);
+    held += g.training_held();
+  }
+  CHECK(held == 500);  // never charged: the part is not spent
+  train->completed_ns = 4 * kMs;  // training's queue done: from now on the hold costs it
+  uint64_t more = 0;
+  for (int k = 0; k < 400; ++k) {
+    g.request(true);
+    g.tick(false);
+    more += g.training_held();
+  }
+  CHECK(more <= 51);
+}
