@@ -119,6 +119,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
   uint64_t collectives_pending = 0;  // NCCL markers recorded but not passed
   uint64_t inference_slots = 0;
   uint64_t others_work = 0;  // GPU work the non-training clients completed since the last tick
+  uint64_t training_completed = 0;  // the training clients' completed work (their pages' sum)
   bool spatial = true;  // every training client's context limited to part of the SMs (MPS)
   bool live = true;     // every training client an MPS client holding the same live partitions
   uint32_t live_mask = 0;
@@ -135,6 +136,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
     if (s.role != TANDEM_ROLE_TRAINING) others_work += others_work_since(s, static_cast<int>(i), c);
     if (s.role == TANDEM_ROLE_TRAINING) {
       training_.push_back(gated_state(static_cast<int>(i), s, c));
+      training_completed += c.v.completed_ns;
       spatial = spatial && c.v.sm_count > 0 && c.v.sm_count < c.v.device_sms;
       uint32_t mask = c.v.training_flags & TANDEM_TRAINING_LIVE_MASK;
       live = live && (c.v.training_flags & TANDEM_TRAINING_MPS) && mask && (!live_mask || mask == live_mask);
@@ -209,14 +211,16 @@ void GpuScheduler::tick(uint64_t now_ns) {
     // Published for the requests' admission: 0 lets a request run at once, 1 sends it to a bubble.
     __atomic_store_n(&shm->requests_unheld, may_hold ? 0u : 1u, __ATOMIC_RELEASE);
     // A hold costs training only the time it began while training computed (the phase is kept
-    // below) and in which training has nothing left on the GPU: its queued work runs on beside
-    // the request, and in a bubble it had nothing to run. Charging the whole hold spent the
-    // part on about half the requests that came while training computed (20 a second of 5 ms).
-    bool training_queued = std::any_of(training_.begin(), training_.end(),
-                                       [](const FillerState& t) { return t.inflight_ns > 0; });
-    bool charged = holding && detector_.phase() == GpuPhase::busy && !training_queued;
+    // below) and in which training's queued work makes no progress: until that has run out,
+    // the GPU works for training beside the request, and in a bubble training had nothing to
+    // run. Charging the whole hold spent the part on about half the requests that came while
+    // training computed (20 a second of 5 ms). Progress, not the queue's size, is what counts:
+    // an in-flight estimate that never fell to 0 would make every hold free.
+    bool progressed = training_completed > training_completed_ns_;
+    bool charged = holding && detector_.phase() == GpuPhase::busy && !progressed;
     holds_.decided(charged, charged, 1.0);
   }
+  training_completed_ns_ = training_completed;
   publish_live_partition(shm, slo && training);
   request_running_ = slo && training && slo_.gating() && holding;
 

@@ -122,6 +122,7 @@ class GpuScheduler {
   int collective_next_ = 0;
   uint64_t communicating_since_ns_ = 0;
   bool request_running_ = false;
+  uint64_t training_completed_ns_ = 0;  // the training clients' completed work, summed, last tick
   bool collectives_held_ = false;   // every training client's collectives may be held (TANDEM_JOB_LOCAL)
   uint64_t slowest_request_ns_ = 0; // among the online clients, last tick
   uint64_t tightest_target_ns_ = 0;

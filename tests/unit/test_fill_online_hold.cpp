@@ -117,15 +117,16 @@ TEST_CASE("fill online hold: a hold costs nothing while training's queued work s
   FillGpu g(0.05);
   for (int i = 0; i < 5; ++i) g.tick(true);
   tandem_client_page* train = g.gpu.segment().page(g.train);
-  train->issued_ns = 4 * kMs;  // launched, not completed: the GPU works for training beside the request
+  train->issued_ns = 1000 * kMs;  // a long queue, completing 1 ms a tick beside the request
   uint64_t held = 0;
   for (int k = 0; k < 500; ++k) {
     g.request(true);
+    train->completed_ns += kMs;
     g.tick(false);
     held += g.training_held();
   }
   CHECK(held == 500);  // never charged: the part is not spent
-  train->completed_ns = 4 * kMs;  // training's queue done: from now on the hold costs it
+  // No progress any more (the queue ran out, or its estimate never falls): the hold costs it.
   uint64_t more = 0;
   for (int k = 0; k < 400; ++k) {
     g.request(true);
