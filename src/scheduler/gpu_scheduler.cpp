@@ -210,14 +210,16 @@ void GpuScheduler::tick(uint64_t now_ns) {
     set_inflight_bounds(shm, training_, fill_holds ? params_.fill.max_inflight_ns / training_.size() : 0);
     // Published for the requests' admission: 0 lets a request run at once, 1 sends it to a bubble.
     __atomic_store_n(&shm->requests_unheld, may_hold ? 0u : 1u, __ATOMIC_RELEASE);
-    // A hold costs training only the time it began while training computed (the phase is kept
-    // below) and in which training's queued work makes no progress: until that has run out,
-    // the GPU works for training beside the request, and in a bubble training had nothing to
-    // run. Charging the whole hold spent the part on about half the requests that came while
-    // training computed (20 a second of 5 ms). Progress, not the queue's size, is what counts:
-    // an in-flight estimate that never fell to 0 would make every hold free.
+    // A hold costs training the time in which its queued work makes no progress (until that
+    // has run out, the GPU works for training beside the request), except inside a bubble, up
+    // to its predicted end: training had nothing to run (the phase is kept as the hold found
+    // it, below). Charging whole holds spent the part on about half the requests that came
+    // while training computed (20 a second of 5 ms). Progress, not the queue's size, is what
+    // counts: an in-flight estimate that never fell to 0 would make every hold free; and a
+    // request held open from a bubble for ever is charged from the bubble's predicted end.
     bool progressed = training_completed > training_completed_ns_;
-    bool charged = holding && detector_.phase() == GpuPhase::busy && !progressed;
+    bool in_bubble = detector_.phase() == GpuPhase::bubble && now_ns < detector_.predicted_bubble_end_ns();
+    bool charged = holding && !progressed && !in_bubble;
     holds_.decided(charged, charged, 1.0);
   }
   training_completed_ns_ = training_completed;
