@@ -275,7 +275,7 @@ std::string Server::status_json() const {
                     {"admission_refused", g->refusals()},
                     // Policy fill: online requests' holds of training (TANDEM_FILL_ONLINE_HOLD)
                     {"online_holds", g->policy() == TANDEM_POLICY_SLO ? nlohmann::json(nullptr)
-                                     : nlohmann::json{{"part", 1.0 - g->request_holds().params().floor},
+                                     : nlohmann::json{{"part", g->fill_online_hold()},
                                                       {"refused_ms", static_cast<double>(g->request_holds().refused_ns()) / 1e6}}},
                     {"slo", slo},
                     {"pool", pool_status(uuid)},

@@ -57,6 +57,11 @@ uint64_t g_head = 0, g_tail = 0;  // recorded, completed
 
 std::atomic<bool> g_thread_started{false};
 
+void sleep_ns(uint64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1000000000ull), static_cast<long>(ns % 1000000000ull)};
+  nanosleep(&ts, nullptr);
+}
+
 // At exit the driver tears its state down (in its exit handlers and library destructors), and
 // this thread must not be inside it then. The thread's driver calls come in turns; an exit
 // handler registered after cuInit (so run before the driver's) marks the process exiting and
@@ -77,10 +82,7 @@ void end_turn() noexcept { g_in_turn.store(false); }
 void stop_turns_at_exit() {
   g_exiting.store(true);
   const uint64_t deadline = monotonic_ns() + 50000000ull;
-  while (g_in_turn.load() && monotonic_ns() < deadline) {
-    timespec ts{0, 100000};
-    nanosleep(&ts, nullptr);
-  }
+  while (g_in_turn.load() && monotonic_ns() < deadline) sleep_ns(100000);
 }
 
 bool try_record(CUstream s, bool per_thread, bool nccl = false) {
@@ -141,11 +143,6 @@ void poll_markers_locked(uint64_t now) {
   // filler's bound with no training job).
   if (progressed && __atomic_load_n(&daemon_slot->inflight_bound_ns, __ATOMIC_ACQUIRE))
     futex_bump_and_wake(&page->progress_wake);
-}
-
-void sleep_ns(uint64_t ns) {
-  timespec ts{static_cast<time_t>(ns / 1000000000ull), static_cast<long>(ns % 1000000000ull)};
-  nanosleep(&ts, nullptr);
 }
 
 void* progress_main(void*) {

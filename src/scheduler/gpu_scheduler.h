@@ -54,6 +54,8 @@ class GpuScheduler {
   bool communicating() const { return communicating_; }
   const BubbleDetector& detector() const { return detector_; }
   uint32_t policy() const { return params_.policy; }
+  // Policy fill: the part of each second online requests may hold training (TANDEM_FILL_ONLINE_HOLD).
+  double fill_online_hold() const { return params_.fill.online_hold; }
   const SloPolicy& slo() const { return slo_; }
   // Policy slo gates training and an online request holds it (as the clients' gates see it:
   // not a stuck client's, and within the floor, request_holds.h). A job's collectives are held then.
