@@ -98,7 +98,15 @@ struct tandem_slot {
      an online request runs. Added in the reserved bytes (zero in an older daemon), layout
      version unchanged. */
   uint32_t live_partition;
-  uint8_t reserved[28];
+  /* Whether another client's GPU work ran beside this client's (docs/scheduler.md, "Cost per
+     launch"): others_busy_ticks counts the daemon's periods in which another client of the GPU
+     had work launched and not yet complete, or launched or completed some during the period;
+     others_busy is 1 when the last period was one. A kernel this client timed across such a
+     period shared the GPU, and its time is longer than its cost. Added in the reserved bytes
+     (zero in an older daemon: every timing taken as made alone), layout version unchanged. */
+  uint32_t others_busy_ticks;
+  uint32_t others_busy;
+  uint8_t reserved[20];
 };
 
 /* What one client writes: its own page, separate from the GPU's segment. */

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "capture_state.h"
+#include "daemon_link.h"
 #include "handle_map.h"
 #include "real_driver.h"
 
@@ -12,13 +13,20 @@ namespace tandem::hook {
 
 namespace {
 
-// A learned cost in the handle map: low 48 bits ns (78 hours), high 16 bits samples.
+// A learned cost in the handle map: low 48 bits ns (78 hours), 15 bits samples, the top bit
+// set while every timing it came from shared the GPU.
 constexpr uint64_t kNsBits = 48;
 constexpr uint64_t kNsMask = (1ull << kNsBits) - 1;
-constexpr uint32_t kMaxSamples = 0xffff;
-uint64_t pack(uint64_t ns, uint32_t samples) { return std::min(ns, kNsMask) | (uint64_t{samples} << kNsBits); }
+constexpr uint32_t kMaxSamples = 0x7fff;
+constexpr uint64_t kSharedOnly = 1ull << 63;
+uint64_t pack(const LearnedCost& c) {
+  return std::min(c.ns, kNsMask) | (uint64_t{std::min(c.samples, kMaxSamples)} << kNsBits) | (c.shared_only ? kSharedOnly : 0);
+}
+LearnedCost unpack(uint64_t v) {
+  return {v & kNsMask, static_cast<uint32_t>((v >> kNsBits) & kMaxSamples), (v & kSharedOnly) != 0};
+}
 uint64_t ns_of(uint64_t v) { return v & kNsMask; }
-uint32_t samples_of(uint64_t v) { return static_cast<uint32_t>(v >> kNsBits); }
+uint32_t samples_of(uint64_t v) { return unpack(v).samples; }
 
 // The first launches of a shape are timed, then one in kSampleEvery of all gated launches.
 constexpr uint32_t kLearnSamples = 4;
@@ -35,12 +43,18 @@ struct Sample {
   CUevent start = nullptr, end = nullptr;  // created by the first claimer, kept
   uintptr_t key = 0;
   uint64_t threads = 0;
+  // What tandemd said of the other clients when the launch was made: the slot it said it in
+  // (nullptr: no daemon), its count of periods shared, and whether the last one was.
+  const tandem_slot* slot = nullptr;
+  uint32_t busy_ticks = 0;
+  bool busy = false;
 };
 constexpr uint32_t kSamples = 32;
 Sample g_samples[kSamples];
 std::atomic<uint64_t> g_launches{0};
 std::atomic<uint32_t> g_next_slot{0};
 std::atomic<uint64_t> g_samples_done{0};
+std::atomic<uint64_t> g_samples_shared{0};
 std::atomic<bool> g_polling{false};  // one poller at a time: the progress thread or a launch
 std::atomic<uint64_t> g_shapes{0};
 
@@ -53,16 +67,24 @@ CUresult elapsed_ms(float* ms, CUevent start, CUevent end) {
   return r == CUDA_ERROR_NOT_FOUND ? g_real.cuEventElapsedTime(ms, start, end) : r;
 }
 
-void learn(uintptr_t key, uint64_t threads, uint64_t measured) {
+void learn(uintptr_t key, uint64_t threads, uint64_t measured, bool shared) {
   uint64_t old = kernel_costs().find(key);
   bool known = old != HandleMap::kAbsent;
-  uint32_t samples = known ? samples_of(old) : 0;
-  uint64_t learned = next_learned_cost(known ? ns_of(old) : 0, samples, measured);
-  if (kernel_costs().put(key, pack(learned, std::min(samples + 1, kMaxSamples))) && !known)
-    g_shapes.fetch_add(1, std::memory_order_relaxed);
+  LearnedCost learned = next_learned_cost(known ? unpack(old) : LearnedCost{}, measured, shared);
+  if (kernel_costs().put(key, pack(learned)) && !known) g_shapes.fetch_add(1, std::memory_order_relaxed);
   if (threads)
-    g_ns_per_thread_q10.store(next_ns_per_thread_q10(g_ns_per_thread_q10.load(std::memory_order_relaxed), threads, measured),
-                              std::memory_order_relaxed);
+    g_ns_per_thread_q10.store(
+        next_ns_per_thread_q10(g_ns_per_thread_q10.load(std::memory_order_relaxed), threads, measured, shared),
+        std::memory_order_relaxed);
+}
+
+// Whether a timed launch shared the GPU with another client's work: the period it was made in
+// was shared, or one has been since (a period that began after the kernel ended but before
+// this look counts too: such a timing only loses its power to raise a cost). A slot that
+// changed (tandemd restarted) says nothing: the timing counts as made alone, as without tandemd.
+bool shared_gpu(const Sample& sm) {
+  if (!sm.slot || sm.slot != current_slot()) return false;
+  return sm.busy || __atomic_load_n(&sm.slot->others_busy_ticks, __ATOMIC_ACQUIRE) != sm.busy_ticks;
 }
 
 }  // namespace
@@ -93,7 +115,7 @@ uint64_t kernel_cost_ns(uintptr_t key, uint64_t threads) noexcept {
   return std::clamp(guess, kMinKernelCostNs, kMaxGuessNs);
 }
 
-int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thread) noexcept {
+int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thread, const tandem_slot* slot) noexcept {
   uint64_t n = g_launches.fetch_add(1, std::memory_order_relaxed);
   uint64_t v = kernel_costs().find(key);
   bool learning = v == HandleMap::kAbsent || samples_of(v) < kLearnSamples;
@@ -112,6 +134,9 @@ int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thre
     }
     sm.key = key;
     sm.threads = threads;
+    sm.slot = slot;
+    sm.busy_ticks = slot ? __atomic_load_n(&slot->others_busy_ticks, __ATOMIC_ACQUIRE) : 0;
+    sm.busy = slot && __atomic_load_n(&slot->others_busy, __ATOMIC_RELAXED);
     return static_cast<int>(i);
   }
   return -1;
@@ -134,8 +159,10 @@ void poll_cost_samples() noexcept {
     if (q == CUDA_ERROR_NOT_READY) continue;
     float ms = 0;
     if (q == CUDA_SUCCESS && elapsed_ms(&ms, sm.start, sm.end) == CUDA_SUCCESS && ms >= 0) {
-      learn(sm.key, sm.threads, static_cast<uint64_t>(static_cast<double>(ms) * 1e6));
+      bool shared = shared_gpu(sm);
+      learn(sm.key, sm.threads, static_cast<uint64_t>(static_cast<double>(ms) * 1e6), shared);
       g_samples_done.fetch_add(1, std::memory_order_relaxed);
+      if (shared) g_samples_shared.fetch_add(1, std::memory_order_relaxed);
     }
     sm.state.store(kFree, std::memory_order_release);
   }
@@ -147,28 +174,35 @@ void cost_samples_after_fork_child() noexcept {
   for (Sample& sm : g_samples) {
     sm.state.store(kFree);
     sm.start = sm.end = nullptr;
+    sm.slot = nullptr;
   }
   g_polling.store(false);
 }
 
-uint64_t next_learned_cost(uint64_t learned, uint32_t samples, uint64_t measured_ns) noexcept {
+LearnedCost next_learned_cost(LearnedCost learned, uint64_t measured_ns, bool shared) noexcept {
   measured_ns = std::max(measured_ns, uint64_t{1});
-  if (samples == 0 || learned == 0) return measured_ns;
-  if (measured_ns < learned) return learned - (learned - measured_ns) / 2;
-  return learned + (measured_ns - learned) / 8;
+  uint32_t samples = std::min(learned.samples + 1, kMaxSamples);
+  if (learned.samples == 0 || learned.ns == 0 || (learned.shared_only && !shared)) return {measured_ns, samples, shared};
+  uint64_t ns = learned.ns;
+  if (measured_ns < ns)
+    ns = learned.shared_only ? measured_ns : ns - (ns - measured_ns) / 2;
+  else if (!shared)
+    ns += (measured_ns - ns) / 8;
+  return {ns, samples, learned.shared_only};
 }
 
-uint64_t next_ns_per_thread_q10(uint64_t q10, uint64_t threads, uint64_t measured_ns) noexcept {
+uint64_t next_ns_per_thread_q10(uint64_t q10, uint64_t threads, uint64_t measured_ns, bool shared) noexcept {
   if (threads == 0 || measured_ns < kPerThreadMinNs) return q10;
   double observed = static_cast<double>(measured_ns) * 1024.0 / static_cast<double>(threads);
   double current = static_cast<double>(q10);
+  if (shared && observed >= current) return q10;
   // Like a shape's cost: half way down, an eighth of the way up.
   double next = observed < current ? current + (observed - current) / 2 : current + (observed - current) / 8;
   return next < 1 ? 1 : static_cast<uint64_t>(next);
 }
 
 CostFigures cost_figures() noexcept {
-  return {g_samples_done.load(), g_shapes.load(), g_ns_per_thread_q10.load()};
+  return {g_samples_done.load(), g_samples_shared.load(), g_shapes.load(), g_ns_per_thread_q10.load()};
 }
 
 }  // namespace tandem::hook

@@ -3,8 +3,12 @@
 // kernel's own GPU time: a sampled launch is bracketed by two timing events on its stream, and
 // their elapsed time is what the kernel took on the GPU. Neither host gaps between launches
 // (a framework's Python), nor the time until the progress thread looks, nor the process's
-// waits at its gate are in it; only another process's kernels running while it waited can
-// lengthen it, so the learned value follows the short measurements (falls fast, rises slowly).
+// waits at its gate are in it; only another process's kernels running beside it can lengthen
+// it, so the learned value follows the short measurements (falls fast, rises slowly). tandemd
+// tells each client in which periods another client had work on the GPU
+// (tandem_slot.others_busy_ticks): a timing that spanned one shared the GPU and may lower a
+// cost but never raise it. Four fillers beside each other learned about twice what their
+// kernels cost without this, and so used half of what the bubbles held.
 //
 // A shape not timed yet costs the process's learned ns per thread times its threads (learned
 // from long kernels only, where the time is in proportion to the threads), at least a small
@@ -20,6 +24,7 @@
 #include <cstdint>
 
 #include "cuda_abi.h"
+#include "tandem/shm_abi.h"
 
 namespace tandem::hook {
 
@@ -38,7 +43,9 @@ uint64_t kernel_cost_ns(uintptr_t key, uint64_t threads) noexcept;
 
 // Timing one launch: begin() before the launch (returns a sample id, or -1 when this launch is
 // not sampled or no slot is free), end() after it. `threads` 0: a graph (no per-thread lesson).
-int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thread) noexcept;
+// `slot`: this process's slot in the GPU's segment (nullptr: no daemon, every timing taken as
+// made alone).
+int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thread, const tandem_slot* slot) noexcept;
 void cost_sample_end(int sample, CUstream s, bool per_thread, bool launched) noexcept;
 
 // Completed samples update the learned costs: the progress thread every tick, and a launch of
@@ -47,16 +54,26 @@ void poll_cost_samples() noexcept;
 void cost_samples_after_fork_child() noexcept;
 
 // The learning rules (pure, unit-tested). A shape's cost: its first measurement, then a step
-// half of the way down to a shorter one and an eighth of the way up to a longer one.
-uint64_t next_learned_cost(uint64_t learned, uint32_t samples, uint64_t measured_ns) noexcept;
+// half of the way down to a shorter one and an eighth of the way up to a longer one. A timing
+// that shared the GPU (`shared`) is an upper bound on the cost: it only lowers one, and a cost
+// learned from such timings alone (`shared_only`) falls to a shorter one at once and is
+// replaced by the first timing made alone.
+struct LearnedCost {
+  uint64_t ns = 0;
+  uint32_t samples = 0;
+  bool shared_only = false;
+};
+LearnedCost next_learned_cost(LearnedCost learned, uint64_t measured_ns, bool shared = false) noexcept;
 // ns per thread (1/1024 ns fixed point) from a kernel of `threads` that took `measured_ns`;
-// kernels shorter than kPerThreadMinNs teach nothing (their time is mostly fixed cost).
+// kernels shorter than kPerThreadMinNs teach nothing (their time is mostly fixed cost), and
+// one that shared the GPU only a lower rate.
 constexpr uint64_t kPerThreadMinNs = 50000;
-uint64_t next_ns_per_thread_q10(uint64_t q10, uint64_t threads, uint64_t measured_ns) noexcept;
+uint64_t next_ns_per_thread_q10(uint64_t q10, uint64_t threads, uint64_t measured_ns, bool shared = false) noexcept;
 
 // Figures for the stats file and tests.
 struct CostFigures {
   uint64_t samples;       // timed launches completed
+  uint64_t shared;        // of those, the ones that shared the GPU with another client's work
   uint64_t shapes;        // kernel shapes with a learned cost
   uint64_t ns_per_thread_q10;
 };

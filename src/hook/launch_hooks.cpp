@@ -109,7 +109,7 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
     // Training while a request runs: to a green context's stream (green_streams.h).
     s = green_launch_stream(s, per_thread_stream, kind != KernelKind::nccl);
     // After the gate: the timing starts when the kernel may run, not while it waits for tokens.
-    if (gated) sample = cost_sample_begin(key, d.threads(), s, per_thread_stream);
+    if (gated) sample = cost_sample_begin(key, d.threads(), s, per_thread_stream, current_slot());
   }
   CUresult r = call(s);
   cost_sample_end(sample, s, per_thread_stream, r == CUDA_SUCCESS);
@@ -162,7 +162,7 @@ inline CUresult launch_graph(Entry entry, CUgraphExec exec, CUstream s, bool per
     // Whole, to where its stream's work is: a graph's kernels run in the context they were
     // captured in, so a green stream would not confine them (green_streams.h).
     s = green_launch_stream(s, per_thread_stream, false);
-    if (gated) sample = cost_sample_begin(key, 0, s, per_thread_stream);
+    if (gated) sample = cost_sample_begin(key, 0, s, per_thread_stream, current_slot());
   }
   CUresult r = call(s);
   cost_sample_end(sample, s, per_thread_stream, r == CUDA_SUCCESS);

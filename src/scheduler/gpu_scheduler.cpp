@@ -133,6 +133,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
     tandem_slot& s = shm->slots[i];
     if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
     const ClientView& c = segment_.view(static_cast<int>(i));
+    sharing_.observe(static_cast<int>(i), s.generation, c.v);
     if (s.role != TANDEM_ROLE_TRAINING) others_work += others_work_since(s, static_cast<int>(i), c);
     if (s.role == TANDEM_ROLE_TRAINING) {
       training_.push_back(gated_state(static_cast<int>(i), s, c));
@@ -156,6 +157,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
       if (c.v.slo_us && (!tightest_target || c.v.slo_us * 1000ull < tightest_target)) tightest_target = c.v.slo_us * 1000ull;
     }
   }
+  sharing_.publish(shm);
   const bool training = !training_.empty();
   collectives_held_ = training && held;
   slowest_request_ns_ = slowest_request;

@@ -13,6 +13,7 @@
 #include "bubble_detector.h"
 #include "fill_policy.h"
 #include "gpu_capacity.h"
+#include "gpu_sharing.h"
 #include "gpu_segment.h"
 #include "gpu_usage.h"
 #include "request_holds.h"
@@ -131,6 +132,7 @@ class GpuScheduler {
   uint64_t ticks_ = 0, tick_ns_total_ = 0;
   GpuUsage usage_;
   GpuCapacity capacity_;
+  GpuSharing sharing_;  // who ran beside whom, for the clients' kernel timings
   // The other clients' completed GPU work as last read, per slot (and the slot's generation:
   // a new client's count starts from zero).
   std::array<uint64_t, TANDEM_MAX_SLOTS> others_completed_{};

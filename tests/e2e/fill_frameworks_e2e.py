@@ -14,10 +14,11 @@ usage: fill_frameworks_e2e.py BUILD_DIR CASE
   framework  one framework-shaped filler: training keeps >= 0.95 of Exclusive and the filler's
              bubble use is >= 0.6 (best of up to 3 rounds). A cost per launch learned from the
              wall time between completion markers (host gaps, polling) starved it (< 0.1).
-  fillers    2 and 4 such fillers: training keeps >= 0.95, their bubble use together >= 0.6
-             with 2 and >= 0.5 with 4 (measured 0.53-0.64 with 4 on 2026-11-25: 0.6 is not
-             held every run, docs/scheduler.md), and every filler gets work done (the share is
-             split, not taken by one)
+  fillers    2 and 4 such fillers: training keeps >= 0.95, their bubble use together >= 0.6,
+             and each filler gets at least half of what the busiest one gets (the share is
+             split evenly). Their kernels, timed beside each other's, were learned at up to four
+             times their length until such timings stopped raising a cost: 0.53-0.64 with 4,
+             one filler often a fifth of the others (docs/scheduler.md, "What a launch costs")
   no-sync    a filler that launches without ever synchronizing: its queue is bounded by the
              in-flight bound (the launches block at the gate), training keeps >= 0.95
   long-kernel  a filler whose every kernel (50 ms) is longer than any bubble: it waits at its gate
@@ -100,11 +101,11 @@ def framework(env):
 
 
 def fillers(env):
-    for n, want in ((2, 0.6), (4, 0.5)):
-        kept, use, rps = shared_rounds(env, n, want=want)
+    for n in (2, 4):
+        kept, use, rps = shared_rounds(env, n)
         check(kept >= 0.95, f"training keeps {kept:.3f} >= 0.95 of Exclusive beside {n} fillers")
-        check(use >= want, f"{n} fillers together use {use:.3f} >= {want} of the bubbles")
-        check(min(rps) > 0.1 * max(rps), f"each of the {n} fillers gets work done ({rps} requests/s)")
+        check(use >= 0.6, f"{n} fillers together use {use:.3f} >= 0.6 of the bubbles")
+        check(min(rps) >= 0.5 * max(rps), f"each of the {n} fillers gets at least half of the busiest one's requests ({rps} requests/s)")
 
 
 def no_sync(env):

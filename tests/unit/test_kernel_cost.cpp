@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <algorithm>
 
+#include "daemon_link.h"
 #include "kernel_cost.h"
 #include "real_driver.h"
 
@@ -48,7 +49,7 @@ struct FakeDriver {
 
 // One launch of `key` timed at `ms` on the fake driver; false when it was not sampled.
 bool timed_launch(uintptr_t key, uint64_t threads, float ms) {
-  int sample = cost_sample_begin(key, threads, nullptr, false);
+  int sample = cost_sample_begin(key, threads, nullptr, false, nullptr);
   if (sample < 0) return false;
   cost_sample_end(sample, nullptr, false, true);
   FakeEvents::elapsed_ms = ms;
@@ -75,7 +76,7 @@ TEST_CASE("kernel cost: a shape costs what its launches took on the GPU") {
   CHECK(learned_cost_ns(kernel_cost_key(&function, 66001)) == 0);
   // A launch not yet complete teaches nothing until it is.
   uintptr_t other = kernel_cost_key(&function, 500);
-  int sample = cost_sample_begin(other, 500 * 256, nullptr, false);
+  int sample = cost_sample_begin(other, 500 * 256, nullptr, false, nullptr);
   REQUIRE(sample >= 0);
   cost_sample_end(sample, nullptr, false, true);
   FakeEvents::complete = false;
@@ -87,7 +88,7 @@ TEST_CASE("kernel cost: a shape costs what its launches took on the GPU") {
   CHECK(learned_cost_ns(other) == 250000);
   // A launch that failed is not timed.
   uintptr_t failed = kernel_cost_key(&function, 501);
-  sample = cost_sample_begin(failed, 501 * 256, nullptr, false);
+  sample = cost_sample_begin(failed, 501 * 256, nullptr, false, nullptr);
   REQUIRE(sample >= 0);
   cost_sample_end(sample, nullptr, false, false);
   poll_cost_samples();
@@ -120,17 +121,81 @@ TEST_CASE("kernel cost: a framework's many small kernels do not inflate the per-
 TEST_CASE("kernel cost: the learned cost follows the short measurements, not another process's") {
   // On a shared GPU a measurement is lengthened by the other process's kernels, never
   // shortened: half of them three times too long leave the estimate near the kernel's own time.
-  uint64_t c = 0;
-  uint32_t n = 0;
-  for (int i = 0; i < 400; ++i, ++n) c = next_learned_cost(c, n, i % 2 ? 3000000 : 1000000);
-  CHECK(c >= 1000000);
-  CHECK(c < 1500000);
+  LearnedCost c;
+  for (int i = 0; i < 400; ++i) c = next_learned_cost(c, i % 2 ? 3000000 : 1000000);
+  CHECK(c.ns >= 1000000);
+  CHECK(c.ns < 1500000);
   // The first measurement is taken as it is; a kernel that became longer is followed.
-  CHECK(next_learned_cost(0, 0, 42) == 42);
-  c = 1000000;
-  for (int i = 0; i < 30; ++i) c = next_learned_cost(c, 5, 4000000);
-  CHECK(c > 3900000);
+  CHECK(next_learned_cost({}, 42).ns == 42);
+  c = {1000000, 5, false};
+  for (int i = 0; i < 30; ++i) c = next_learned_cost(c, 4000000);
+  CHECK(c.ns > 3900000);
   // One that became shorter, within a few launches.
-  for (int i = 0; i < 8; ++i) c = next_learned_cost(c, 5, 500000);
-  CHECK(c < 520000);
+  for (int i = 0; i < 8; ++i) c = next_learned_cost(c, 500000);
+  CHECK(c.ns < 520000);
+}
+
+TEST_CASE("kernel cost: a timing that shared the GPU lowers a cost but never raises it") {
+  // Four fillers' kernels side by side each took two to four times their own time; learned
+  // from those timings (an eighth of the way up each), their costs settled at about twice what
+  // they were and the fillers were granted half the work the bubbles held.
+  LearnedCost c{1000000, 5, false};
+  for (int i = 0; i < 100; ++i) c = next_learned_cost(c, 3000000, true);
+  CHECK(c.ns == 1000000);
+  c = next_learned_cost(c, 800000, true);  // still an upper bound on the kernel's own time
+  CHECK(c.ns == 900000);
+  CHECK_FALSE(c.shared_only);
+  // A shape first timed beside another process's work: that timing stands for now, any
+  // shorter one replaces it at once, and the first timing made alone replaces it in any case.
+  c = next_learned_cost({}, 13000000, true);
+  CHECK(c.ns == 13000000);
+  CHECK(c.shared_only);
+  c = next_learned_cost(c, 20000000, true);
+  CHECK(c.ns == 13000000);
+  c = next_learned_cost(c, 2500000, true);
+  CHECK(c.ns == 2500000);
+  CHECK(c.shared_only);
+  c = next_learned_cost(c, 1000000, false);
+  CHECK(c.ns == 1000000);
+  CHECK_FALSE(c.shared_only);
+  CHECK(c.samples == 4);
+  // A kernel that really became longer is followed by the timings made alone.
+  for (int i = 0; i < 30; ++i) c = next_learned_cost(c, 4000000, false);
+  CHECK(c.ns > 3900000);
+  // The per-thread rate the same way: a shared timing of a long kernel only lowers it.
+  CHECK(next_ns_per_thread_q10(128, 16896000, 6000000, true) == 128);
+  CHECK(next_ns_per_thread_q10(128, 16896000, 1000000, true) < 128);
+}
+
+TEST_CASE("kernel cost: tandemd's word that another client's work was on the GPU marks a timing shared") {
+  FakeDriver driver;
+  tandem_slot slot{};
+  const tandem_slot* saved = g_slot.load();
+  g_slot.store(&slot);
+  int function = 0;
+  auto timed = [&](uintptr_t key, float ms, auto&& during) {
+    int sample = cost_sample_begin(key, 1000, nullptr, false, &slot);
+    REQUIRE(sample >= 0);
+    cost_sample_end(sample, nullptr, false, true);
+    during();
+    FakeEvents::elapsed_ms = ms;
+    poll_cost_samples();
+  };
+  uint64_t shared_before = cost_figures().shared;
+  uintptr_t key = kernel_cost_key(&function, 4242);
+  timed(key, 1.0f, [] {});  // alone: learned as it is
+  CHECK(learned_cost_ns(key) == 1000000);
+  // A period in which another client had work passed while the kernel ran: no rise.
+  timed(key, 3.0f, [&] { __atomic_fetch_add(&slot.others_busy_ticks, 1u, __ATOMIC_RELAXED); });
+  CHECK(learned_cost_ns(key) == 1000000);
+  // Launched while the last period was shared: no rise either.
+  slot.others_busy = 1;
+  timed(key, 3.0f, [] {});
+  CHECK(learned_cost_ns(key) == 1000000);
+  CHECK(cost_figures().shared == shared_before + 2);
+  // Alone again: a longer kernel is followed.
+  slot.others_busy = 0;
+  timed(key, 3.0f, [] {});
+  CHECK(learned_cost_ns(key) == 1250000);
+  g_slot.store(saved);
 }
