@@ -13,14 +13,18 @@ namespace tandem::hook {
 
 bool g_job_local = false;
 
-// An online inference request is running that holds the gated (tandemd publishes a slot's
-// requests_open only while its requests may hold: policy slo, or fill within
-// TANDEM_FILL_ONLINE_HOLD). Only active inference slots count, and a request open for more than
-// 4 times its target is taken for a stuck client and ignored.
+// An online inference request is running that holds the gated. Policy slo: tandemd publishes
+// a slot's requests_open only while its requests may hold (within the floor), and a busy
+// server's requests hold nothing (requests_unheld: tandemd lets training run beside them,
+// bounded). Policy fill: every open request is published and a batch filler yields to it
+// (online before offline); training's gate is closed only while requests may hold it
+// (TANDEM_FILL_ONLINE_HOLD), and requests_unheld speaks to the requests' admission alone.
+// Only active inference slots count, and a request open for more than 4 times its target is
+// taken for a stuck client and ignored.
 bool online_request_open(const tandem_shm_header* shm, uint64_t now) noexcept {
-  // Requests that hold nothing now: a busy server's under policy slo (tandemd lets training run
-  // beside them, bounded), or under policy fill once the second's part is spent.
-  if (__atomic_load_n(&shm->requests_unheld, __ATOMIC_ACQUIRE)) return false;
+  if (__atomic_load_n(&shm->policy, __ATOMIC_RELAXED) == TANDEM_POLICY_SLO &&
+      __atomic_load_n(&shm->requests_unheld, __ATOMIC_ACQUIRE))
+    return false;
   uint64_t mask = __atomic_load_n(&shm->inference_slots, __ATOMIC_ACQUIRE);
   for (; mask; mask &= mask - 1) {
     const tandem_slot& s = shm->slots[__builtin_ctzll(mask)];

@@ -19,6 +19,10 @@ extern bool g_job_local;
 
 void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns) noexcept;
 
+// An online request open now holds this process's gated launches (policy slo: within its
+// floor, not a busy server's; policy fill: any, for a batch filler; gate.cpp).
+bool online_request_open(const tandem_shm_header* shm, uint64_t now) noexcept;
+
 // The process's launched-but-unfinished work has reached the bound tandemd set in its slot (0:
 // none). With the gate open it is a filler's bound while no training job is on the GPU.
 inline bool queue_over(const tandem_client_page* page, uint64_t bound) noexcept {

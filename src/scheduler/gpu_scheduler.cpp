@@ -171,11 +171,13 @@ void GpuScheduler::tick(uint64_t now_ns) {
   const bool slo = params_.policy == TANDEM_POLICY_SLO;
   const bool fill_holds = !slo && training && !online_.empty() && params_.fill.online_hold > 0;
   const bool may_hold = holds_.allow(now_ns, online_, slo ? slo_.duty() : 1.0) && (slo || fill_holds);
+  // Policy fill publishes every open request (stuck ones cleared): a batch filler yields to one
+  // always (online before offline); training only while it may be held, by its gate below.
   bool holding = false;
   for (const OnlineClient& o : online_) {
     uint32_t open = may_hold ? o.requests_open : 0;
     holding = holding || open > 0;
-    publish_requests(shm, shm->slots[o.id], segment_.view(o.id), open);
+    publish_requests(shm, shm->slots[o.id], segment_.view(o.id), slo ? open : o.requests_open);
   }
 
   // Policy slo: the best-effort job (training, else the fillers) is gated while online

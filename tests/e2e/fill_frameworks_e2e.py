@@ -26,6 +26,12 @@ usage: fill_frameworks_e2e.py BUILD_DIR CASE
   graphs     a filler replaying a CUDA graph of 4 x 500 us kernels per request: the replay is
              charged its learned GPU time and fills the bubbles (bubble use >= 0.4: a request is one
              2 ms launch granted whole, then a synchronize, so a 12 ms bubble takes about three)
+  with-online  training, an online server (20 Poisson requests/s of 4 x 1 ms) and a framework-
+             shaped filler under the fill policy's defaults (requests hold training within 5% of
+             each second): training keeps >= 0.95, the filler still uses >= 0.3 of the bubbles,
+             and the server's p50 beside the filler is at most 1.5 x its p50 without it (a
+             filler yields to every open request; in bubbles beside the filler's kernels the
+             requests took twice as long), best of up to 3 rounds
   flood      8 filler threads launching without synchronizing, one filler that takes all free
              memory, one killed mid-kernel: training keeps >= 0.95, tandemd answers, nothing hangs
   daemon-stalled  tandemd stopped (SIGSTOP) for a second beside training and a filler that never
@@ -174,6 +180,41 @@ def graphs(env):
     check(use >= 0.4, f"the graph-replaying filler's bubble use is {use:.3f} >= 0.4")
 
 
+SERVER = ["--rate", "20", "--kernels", "4", "--kernel-us", "1000", "--warmup-seconds", "0.5"]
+
+
+def with_online_round(env):
+    """Training and the server under tandemd, without and with a filler: the ratios checked."""
+    alone_train, alone_filler = exclusive(env)
+    runs = []
+    for filler in (False, True):
+        d = env.daemon()
+        t = env.start("train-sim", "--seconds", SECONDS, *TRAIN, role="training")
+        s = env.start("infer-sim", "--seconds", SECONDS, "--seed", "7", *SERVER, role="inference")
+        f = env.start("infer-sim", "--seconds", SECONDS, *FRAMEWORK, role="batch-inference") if filler else None
+        runs.append((finish(t, timeout=60), finish(s, timeout=60), finish(f, timeout=60) if f else None))
+        d.terminate()
+        d.wait()
+    (_, served, _), (train, served_filled, filled) = runs
+    kept = train["iters_per_s"] / alone_train["iters_per_s"]
+    use = bubble_use([filled], alone_filler, train)
+    slowdown = served_filled["p50_ms"] / served["p50_ms"]
+    print(f"training {kept:.3f} of Exclusive beside both; filler bubble use {use:.3f}; server p50/p95 "
+          f"{served['p50_ms']:.1f}/{served['p95_ms']:.1f} ms without the filler, "
+          f"{served_filled['p50_ms']:.1f}/{served_filled['p95_ms']:.1f} with it ({slowdown:.2f} x)")
+    return kept, use, slowdown
+
+
+def with_online(env, rounds=3):
+    for r in range(1, rounds + 1):
+        kept, use, slowdown = with_online_round(env)
+        if kept >= 0.95 and use >= 0.3 and slowdown <= 1.5:
+            break
+    check(kept >= 0.95, f"training keeps {kept:.3f} >= 0.95 of Exclusive beside an online server and a filler")
+    check(use >= 0.3, f"the filler beside the online server uses {use:.3f} >= 0.3 of the bubbles")
+    check(slowdown <= 1.5, f"the server's p50 beside the filler is {slowdown:.2f} <= 1.5 x its p50 without it")
+
+
 def flood_round(env):
     """Training beside the hostile fillers: (training's share of Exclusive, slowest status answer in s)."""
     alone_train = finish(env.start("train-sim", "--seconds", SECONDS, *TRAIN))
@@ -246,7 +287,7 @@ def main():
     build, case = sys.argv[1], sys.argv[2]
     env = Env(build)
     {"framework": framework, "fillers": fillers, "no-sync": no_sync, "long-kernel": long_kernel, "graphs": graphs,
-     "flood": flood, "daemon-stalled": daemon_stalled}[case](env)
+     "with-online": with_online, "flood": flood, "daemon-stalled": daemon_stalled}[case](env)
     print(f"fill frameworks e2e {case}: ok")
 
 
