@@ -98,8 +98,8 @@ struct tandem_slot {
      an online request runs. Added in the reserved bytes (zero in an older daemon), layout
      version unchanged. */
   uint32_t live_partition;
-  /* Whether another client's GPU work ran beside this client's (docs/scheduler.md, "Cost per
-     launch"): others_busy_ticks counts the daemon's periods in which another client of the GPU
+  /* Whether another client's GPU work ran beside this client's (docs/scheduler.md, "What a
+     launch costs"): others_busy_ticks counts the daemon's periods in which another client of the GPU
      had work launched and not yet complete, or launched or completed some during the period;
      others_busy is 1 when the last period was one. A kernel this client timed across such a
      period shared the GPU, and its time is longer than its cost. Added in the reserved bytes

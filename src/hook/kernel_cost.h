@@ -7,8 +7,8 @@
 // it, so the learned value follows the short measurements (falls fast, rises slowly). tandemd
 // tells each client in which periods another client had work on the GPU
 // (tandem_slot.others_busy_ticks): a timing that spanned one shared the GPU and may lower a
-// cost but never raise it. Four fillers beside each other learned about twice what their
-// kernels cost without this, and so used half of what the bubbles held.
+// cost but never raise it. Without this, four fillers beside each other were charged about
+// twice what their requests took on the GPU, and used 0.58-0.63 of the bubbles, not 0.73-0.76.
 //
 // A shape not timed yet costs the process's learned ns per thread times its threads (learned
 // from long kernels only, where the time is in proportion to the threads), at least a small

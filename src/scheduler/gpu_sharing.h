@@ -2,8 +2,8 @@
 // work ran beside yours" (tandem_slot.others_busy, others_busy_ticks). A gated client learns
 // what its kernels cost by timing some of them (src/hook/kernel_cost.h); one timed while
 // another process's kernels shared the GPU took longer than it costs (four fillers beside
-// each other learned their kernels at about twice their time, and were granted half the work
-// the bubbles held), so such a timing may lower a learned cost but not raise it.
+// each other were charged about twice what their requests took), so such a timing may lower a
+// learned cost but not raise it.
 // Pure logic on the pages' bounded views; tandemd calls it every period.
 #pragma once
 #include <array>
