@@ -11,6 +11,7 @@
 
 #include "counters.h"
 #include "green_streams.h"
+#include "kernel_cost.h"
 #include "log.h"
 #include "memory_quota.h"
 #include "pool_backend.h"
@@ -74,6 +75,9 @@ std::string stats_json(const char* role) {
         {"collective_hold_ns", gate_counters().collective_hold_ns.load()}}},
       {"daemon", {{"links", gate_counters().daemon_links.load()}}},
   };
+  CostFigures costs = cost_figures();
+  if (costs.samples)  // a gated process timed some of its launches (kernel_cost.h)
+    j["costs"] = {{"timed", costs.samples}, {"timed_shared", costs.shared}, {"shapes", costs.shapes}};
   GreenStats g = green_stats();
   if (g.partitions || g.streams || g.untracked)  // live SM partitions (green_streams.h)
     j["green"] = {{"partitions", g.partitions}, {"redirected", g.redirected}, {"switches", g.switches}, {"switch_ns", g.switch_ns},

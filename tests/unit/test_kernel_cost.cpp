@@ -4,10 +4,12 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <algorithm>
+#include <string>
 
 #include "daemon_link.h"
 #include "kernel_cost.h"
 #include "real_driver.h"
+#include "stats_writer.h"
 
 using namespace tandem::hook;
 
@@ -198,4 +200,8 @@ TEST_CASE("kernel cost: tandemd's word that another client's work was on the GPU
   timed(key, 3.0f, [] {});
   CHECK(learned_cost_ns(key) == 1250000);
   g_slot.store(saved);
+  // The stats file says how many timings shared the GPU (docs/stats.md).
+  std::string text = stats_json("batch-inference");
+  CHECK(text.find("\"timed\": " + std::to_string(cost_figures().samples)) != std::string::npos);
+  CHECK(text.find("\"timed_shared\": " + std::to_string(cost_figures().shared)) != std::string::npos);
 }
