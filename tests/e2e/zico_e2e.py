@@ -89,11 +89,16 @@ def lagging(env):
     """What a backward pass frees reaches the GPU when the job's progress thread gives its idle
     pool chunks back: here every 20 ms (TANDEM_SAMPLE_US=80 ms, a busy host's delay made long),
     with a budget of 272 MiB (a margin of 16). The other job, let start beside that backward
-    pass, must wait for the memory rather than run out of it: 3 runs, both jobs finish each,
-    and allocations waited (in about 5 runs of 6). Before, a job ran out of memory in about 2
-    runs of 3 with the default budget (and in one CI run of the `zico` case, unslowed)."""
+    pass, must wait for the memory rather than run out of it: at least 3 runs, both jobs finish
+    each, and allocations waited. Waits are seen in a fifth to three quarters of the runs
+    (the machine's load decides), so up to 5 more runs are made while none was (3 runs without
+    one: once in a CI run; 4 in a row seen once here). Before, a job ran out of
+    memory in about 2 runs of 3 with the default budget (and in one CI run of the `zico` case,
+    unslowed)."""
     waits = []
-    for run in range(3):
+    for run in range(8):
+        if run >= 3 and sum(waits) > 0:
+            break
         results, _ = two_jobs(env, job_settings={"TANDEM_SAMPLE_US": "80000"},
                               TANDEM_ZICO="1", TANDEM_ZICO_BUDGET="272M")
         check(all(r[0] == 0 for r in results),
