@@ -1,5 +1,5 @@
 // Kernels of all processes on one simulated GPU contend through a POSIX shared-memory segment
-// (/simgpu-<uid>-dev<N>, prefix SIMGPU_SHM).
+// (/simgpu-<uid>-dev<N>-v2, prefix SIMGPU_SHM).
 //  * timeslice (default; a GPU without MPS): one process runs kernels at a time. The owner
 //    keeps the GPU while no other process waits; when one waits, ownership passes at the end
 //    of each time slice (SIMGPU_TIMESLICE_US), also in the middle of a kernel: a kernel's work
@@ -8,7 +8,13 @@
 //    time the GPU passes to another process, that process first pays a context switch
 //    (SIMGPU_CONTEXT_SWITCH_US) while owning the GPU.
 //  * mps: processes run together; a kernel advances at min(1, SMs / SMs in use), so each
-//    slows in proportion to the oversubscription while it lasts.
+//    slows in proportion to the oversubscription while it lasts. Blocks are placed on SMs in
+//    the order kernels reach the GPU (the "left-over" policy of the hardware's block
+//    scheduler): a kernel of another process starts only once the kernels that came before it
+//    have placed all their blocks (their last wave has begun), unless they leave SMs free. A
+//    request's small kernels beside a training step's many-wave kernels therefore wait for
+//    each of them, as on an H200 under MPS, where such a request took 6.5 x its time alone
+//    (docs/simgpu.md); SM limits (an active thread percentage, an affinity) leave SMs free.
 // Within a process, kernels of different streams overlap while SMs allow (min(grid, SMs)).
 // No lock is held across processes: every process has a slot (its id, SMs in use, waiting)
 // that a dead process's successor reclaims, and a dead owner is replaced (ids and liveness
@@ -22,6 +28,8 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <utility>
+#include <vector>
 
 #include "sim.h"
 
@@ -38,6 +46,11 @@ struct Slot {
   std::atomic<int32_t> sms;      // SMs occupied by this process's running kernels (mps)
   std::atomic<int32_t> waiting;  // kernels of this process waiting for the GPU (timeslice)
   std::atomic<int32_t> unused;
+  // mps: the earliest ticket (arrival order on the GPU) of this process's kernels still placing
+  // blocks or waiting to, 0 when none; and the SMs those kernels take.
+  std::atomic<uint64_t> first_placing;
+  std::atomic<int32_t> placing_sms;
+  std::atomic<int32_t> unused2;
 };
 
 struct SharedGpu {
@@ -46,6 +59,7 @@ struct SharedGpu {
   std::atomic<uint64_t> owner_since_ns;  // start of the owner's slice (CLOCK_MONOTONIC is system-wide)
   std::atomic<int32_t> yielded_by;       // the last owner that gave the GPU up for a waiter
   std::atomic<int32_t> last_ran;         // the process whose context the GPU holds (switch cost)
+  std::atomic<uint64_t> tickets;         // mps: kernels that have reached the GPU, for their order
   Slot slots[kSlots];
 };
 
@@ -63,7 +77,8 @@ SharedGpu* shared_gpu(int device) {
   if (SharedGpu* mapped = segments[device].load(std::memory_order_acquire)) return mapped;
   std::lock_guard<std::mutex> lock(g_segments_mutex);
   if (SharedGpu* mapped = segments[device].load()) return mapped;
-  std::string name = settings().shm_prefix + "-dev" + std::to_string(device);
+  // The layout's version in the name: a segment an older build left behind is not misread.
+  std::string name = settings().shm_prefix + "-dev" + std::to_string(device) + "-v2";
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
   void* p = MAP_FAILED;
   if (fd >= 0) {
@@ -98,6 +113,8 @@ Slot* my_slot(SharedGpu* gpu) {
     if ((pid == 0 || !alive(pid)) && s.pid.compare_exchange_strong(pid, me)) {
       s.sms.store(0);
       s.waiting.store(0);
+      s.first_placing.store(0);
+      s.placing_sms.store(0);
       return &s;
     }
   }
@@ -122,6 +139,19 @@ int32_t sms_in_use(SharedGpu* gpu) {
   return total;
 }
 
+// mps: the SMs that other processes' kernels which reached the GPU before `ticket` take while
+// they place their blocks (a killed process's are skipped; its slot is reclaimed by the next
+// process to claim it).
+int32_t sms_placed_before(SharedGpu* gpu, const Slot* mine, uint64_t ticket) {
+  int32_t total = 0;
+  for (Slot& s : gpu->slots) {
+    uint64_t first = s.first_placing.load();
+    if (&s == mine || first == 0 || first >= ticket) continue;
+    if (alive(s.pid.load())) total += s.placing_sms.load();
+  }
+  return total;
+}
+
 void sleep_until(uint64_t deadline_ns) { sleep_until_ns(deadline_ns); }  // transfers.cpp
 
 void pause_briefly() { sleep_until(now_ns() + 50000); }  // 50 µs: the polling period of waiters
@@ -132,6 +162,7 @@ struct LocalGpu {
   std::condition_variable cv;
   int sms = 0;
   std::atomic<int> queued{0};  // kernels queued and not yet finished
+  std::vector<std::pair<uint64_t, int>> placing;  // mps: (ticket, SMs) of kernels placing blocks
 };
 LocalGpu g_local[kMaxDevices];
 
@@ -222,18 +253,57 @@ void end_of_kernel(SharedGpu* gpu, bool last) {
     release_ownership(gpu, true);
 }
 
-void run_mps(SharedGpu* gpu, Slot* slot, unsigned sms, uint64_t work_ns) {
+// mps: what the slot tells other processes of this process's kernels that place blocks.
+void publish_placing(LocalGpu& local, Slot* slot) {
+  uint64_t first = 0;
+  int sms = 0;
+  for (auto& [ticket, n] : local.placing) {
+    if (first == 0 || ticket < first) first = ticket;
+    sms += n;
+  }
+  slot->placing_sms.store(sms);
+  slot->first_placing.store(first);
+}
+
+void start_placing(LocalGpu& local, Slot* slot, uint64_t ticket, unsigned sms) {
+  std::lock_guard<std::mutex> lock(local.m);
+  local.placing.emplace_back(ticket, static_cast<int>(sms));
+  publish_placing(local, slot);
+}
+
+void end_placing(LocalGpu& local, Slot* slot, uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(local.m);
+  std::erase_if(local.placing, [&](const auto& p) { return p.first == ticket; });
+  publish_placing(local, slot);
+}
+
+// A kernel of `waves` waves of blocks: it waits its turn (the kernels that reached the GPU
+// before it place their blocks first, unless they leave SMs free), places blocks until its
+// last wave begins, and advances at the rate the SMs in use allow.
+void run_mps(SharedGpu* gpu, LocalGpu& local, Slot* slot, unsigned sms, uint64_t work_ns, unsigned waves) {
+  uint64_t ticket = 0;
+  if (slot) {
+    ticket = gpu->tickets.fetch_add(1) + 1;
+    start_placing(local, slot, ticket, sms);
+    while (sms_placed_before(gpu, slot, ticket) >= settings().sms) pause_briefly();
+  }
+  // Its blocks are all placed once the work of all waves but the last is done.
+  double placed_at = waves > 1 ? static_cast<double>(work_ns) * (waves - 1) / waves : 0;
+  if (ticket && placed_at == 0) end_placing(local, slot, std::exchange(ticket, 0));
   if (slot) slot->sms.fetch_add(static_cast<int32_t>(sms));
   double done = 0;
   while (done < static_cast<double>(work_ns)) {
     int32_t used = std::max<int32_t>(sms_in_use(gpu), 1);
     double rate = used > settings().sms ? static_cast<double>(settings().sms) / used : 1.0;
     uint64_t start = now_ns();
-    uint64_t wall = static_cast<uint64_t>((static_cast<double>(work_ns) - done) / rate);
+    double until = ticket ? placed_at : static_cast<double>(work_ns);
+    uint64_t wall = static_cast<uint64_t>((until - done) / rate);
     sleep_until(start + std::min<uint64_t>(wall, 1000000));  // rates change: look again every ms
     done += static_cast<double>(now_ns() - start) * rate;
+    if (ticket && done >= placed_at) end_placing(local, slot, std::exchange(ticket, 0));
   }
   if (slot) slot->sms.fetch_sub(static_cast<int32_t>(sms));
+  if (ticket) end_placing(local, slot, ticket);
 }
 
 }  // namespace
@@ -247,7 +317,7 @@ static int physical_index(int ordinal) {
 
 void kernel_queued(int device) { g_local[physical_index(device)].queued.fetch_add(1); }
 
-void run_on_gpu(int device, uint64_t duration_ns, unsigned sms) {
+void run_on_gpu(int device, uint64_t duration_ns, unsigned sms, unsigned waves) {
   device = physical_index(device);
   SharedGpu* gpu = shared_gpu(device);
   Slot* slot = my_slot(gpu);
@@ -257,7 +327,7 @@ void run_on_gpu(int device, uint64_t duration_ns, unsigned sms) {
     local.cv.wait(lock, [&] { return local.sms == 0 || local.sms + static_cast<int>(sms) <= settings().sms; });
     local.sms += static_cast<int>(sms);
   }
-  if (settings().mps) run_mps(gpu, slot, sms, duration_ns);
+  if (settings().mps) run_mps(gpu, local, slot, sms, duration_ns, waves);
   else run_timeslice(gpu, slot, duration_ns);
   // Which kernel is the last is decided by the one decrement that reaches zero. Decided from
   // loads of the counts (the count, then the decrement), two kernels of different streams
@@ -280,6 +350,7 @@ void contention_after_fork_child() {
     new (&l.cv) std::condition_variable();
     l.sms = 0;
     l.queued.store(0);
+    new (&l.placing) std::vector<std::pair<uint64_t, int>>();  // the parent's kernels are not the child's
   }
 }
 

@@ -38,7 +38,9 @@ void execute(Stream* s, Op& op) {
       } else {
         uint64_t ns = kernel_cost_ns(op.launch);
         fit_to_sm_limit(op.launch.sm_limit, &sms, &ns);  // MPS: its context's SMs at most (sm_limit.cpp)
-        run_on_gpu(op.launch.device, ns, sms);
+        // A spin kernel's blocks all spin its time at once: one wave, whatever its grid.
+        unsigned waves = op.launch.fn && op.launch.fn->spin ? 1u : (blocks + sms - 1) / sms;
+        run_on_gpu(op.launch.device, ns, sms, waves);
         // The one kernel with an effect: its result depends on the order kernels ran in.
         if (op.launch.mix_word) *op.launch.mix_word = *op.launch.mix_word * 31 + op.launch.mix_value;
       }

@@ -209,8 +209,9 @@ CUresult query_stream(Stream* s);
 CUresult synchronize_all();
 
 // ---- contention between processes (contention.cpp) ----
-// Runs one kernel of `duration_ns` occupying `sms` SMs, honouring the sharing mode.
-void run_on_gpu(int device, uint64_t duration_ns, unsigned sms);
+// Runs one kernel of `duration_ns` occupying `sms` SMs in `waves` waves of blocks, honouring
+// the sharing mode (under MPS its blocks are placed in turn with other processes' kernels).
+void run_on_gpu(int device, uint64_t duration_ns, unsigned sms, unsigned waves = 1);
 // Called when a kernel is queued; run_on_gpu() accounts for it when it has run.
 void kernel_queued(int device);
 // fork(): resets the process-local accounting in the child.

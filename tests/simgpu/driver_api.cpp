@@ -611,6 +611,55 @@ std::pair<double, double> contend_best(int kernels, double ms, unsigned grid) {
   return best;
 }
 
+// Under MPS, blocks are placed in the order kernels reach the GPU: a one-wave kernel of this
+// process, launched while another process's ten-wave kernel places its blocks, starts only once
+// that kernel's last wave has begun. Run with SIMGPU_SHARING=mps and SIMGPU_NS_PER_WAVE=1 ms.
+void check_mps_order() {
+  use_primary_context();
+  CUmodule m;
+  CUfunction scale;
+  CK(cuModuleLoad(&m, g_fatbin));
+  CK(cuModuleGetFunction(&scale, m, "_Z5scalePffi"));
+  auto launch = [&](unsigned grid) {
+    CUdeviceptr p = 0;
+    float a = 1.0f;
+    int n = 0;
+    void* params[] = {&p, &a, &n};
+    CK(cuLaunchKernel(scale, grid, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  };
+  auto small_kernel_s = [&] {
+    auto t0 = std::chrono::steady_clock::now();
+    launch(16);
+    CK(cuCtxSynchronize());
+    return seconds_since(t0);
+  };
+  small_kernel_s();  // warm
+  double alone = small_kernel_s();
+  int go[2], launched[2];
+  CHECK(pipe(go) == 0 && pipe(launched) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char c;
+    CHECK(read(go[0], &c, 1) == 1);
+    launch(10 * 132);  // ten waves of 1 ms on 132 SMs
+    CHECK(write(launched[1], "x", 1) == 1);
+    CK(cuCtxSynchronize());
+    _exit(0);
+  }
+  char c;
+  CHECK(write(go[1], "x", 1) == 1);
+  CHECK(read(launched[0], &c, 1) == 1);
+  usleep(1000);  // the big kernel has begun placing its blocks
+  double behind = small_kernel_s();
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::printf("mps order: a one-wave kernel alone %.1f ms, behind another process's ten-wave kernel %.1f ms\n",
+              alone * 1e3, behind * 1e3);
+  CHECK(alone < 0.004);
+  CHECK(behind > 0.006);  // waited for most of the nine waves it came behind (7-8 ms left of them)
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -629,6 +678,7 @@ int main(int argc, char** argv) {
   else if (check == "fork") check_fork();
   else if (check == "fork_busy") check_fork_busy();
   else if (check == "device") check_device();
+  else if (check == "mps_order") check_mps_order();
   else if (check == "slice") {
     // One 10 ms kernel per process: time slicing preempts, so both take about twice as long.
     auto [alone, together] = contend_best(1, 10, 132);
