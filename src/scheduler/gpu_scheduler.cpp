@@ -208,8 +208,10 @@ void GpuScheduler::tick(uint64_t now_ns) {
     holds_.decided(slo_.gating(), slo_.gating() && holding && !slo_.requests_unheld(), slo_.duty());
   } else {
     // Policy fill: training's launches wait while a request holds it (the gate reopens at the
-    // tick after the request's end), and its queued work stays under the fillers' bound while
-    // online inference is registered: a request that holds it waits for little of it.
+    // tick after the request's end). Its in-flight bound applies to the launches that pass the
+    // gate while it is shut; those made with it open are not bounded (docs/scheduler.md: the
+    // bound on every launch cost PyTorch training 11-18%), so a request waits for what training
+    // queued before it.
     set_gates(shm, training_, holding ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
     set_inflight_bounds(shm, training_, fill_holds ? params_.fill.max_inflight_ns / training_.size() : 0);
     // Published for the requests' admission: 0 lets a request run at once, 1 sends it to a bubble.
