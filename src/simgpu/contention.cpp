@@ -15,6 +15,11 @@
 //    request's small kernels beside a training step's many-wave kernels therefore wait for
 //    each of them, as on an H200 under MPS, where such a request took 6.5 x its time alone
 //    (docs/simgpu.md); SM limits (an active thread percentage, an affinity) leave SMs free.
+//    A client's priority (CUDA_MPS_CLIENT_PRIORITY: 0 normal, 1 below normal; MPS maps a
+//    below-normal client's streams under every normal client's) orders the placing first:
+//    a kernel waits only for kernels of its own priority that came before it and for those
+//    of a higher one, and a lower-priority kernel still placing blocks stops placing (its
+//    progress pauses) while higher-priority kernels fill the SMs.
 // Within a process, kernels of different streams overlap while SMs allow (min(grid, SMs)).
 // No lock is held across processes: every process has a slot (its id, SMs in use, waiting)
 // that a dead process's successor reclaims, and a dead owner is replaced (ids and liveness
@@ -45,7 +50,7 @@ struct Slot {
   std::atomic<int32_t> pid;
   std::atomic<int32_t> sms;      // SMs occupied by this process's running kernels (mps)
   std::atomic<int32_t> waiting;  // kernels of this process waiting for the GPU (timeslice)
-  std::atomic<int32_t> unused;
+  std::atomic<int32_t> priority; // mps: the client's priority, 0 normal, 1 below normal
   // mps: the earliest ticket (arrival order on the GPU) of this process's kernels still placing
   // blocks or waiting to, 0 when none; and the SMs those kernels take.
   std::atomic<uint64_t> first_placing;
@@ -115,6 +120,7 @@ Slot* my_slot(SharedGpu* gpu) {
       s.waiting.store(0);
       s.first_placing.store(0);
       s.placing_sms.store(0);
+      s.priority.store(mps_client_priority());
       return &s;
     }
   }
@@ -139,15 +145,18 @@ int32_t sms_in_use(SharedGpu* gpu) {
   return total;
 }
 
-// mps: the SMs that other processes' kernels which reached the GPU before `ticket` take while
-// they place their blocks (a killed process's are skipped; its slot is reclaimed by the next
-// process to claim it).
-int32_t sms_placed_before(SharedGpu* gpu, const Slot* mine, uint64_t ticket) {
-  int32_t total = 0;
+// mps: the SMs that other processes' kernels placed ahead of this process's kernel `ticket`
+// take while they place their blocks: those of a higher priority, and those of the same
+// priority that reached the GPU before it (`ticket` 0: only those of a higher priority). A
+// killed process's are skipped; its slot is reclaimed by the next process to claim it.
+int32_t sms_placed_ahead(SharedGpu* gpu, const Slot* mine, uint64_t ticket) {
+  int32_t total = 0, mine_priority = mine->priority.load();
   for (Slot& s : gpu->slots) {
     uint64_t first = s.first_placing.load();
-    if (&s == mine || first == 0 || first >= ticket) continue;
-    if (alive(s.pid.load())) total += s.placing_sms.load();
+    if (&s == mine || first == 0) continue;
+    int32_t priority = s.priority.load();
+    bool ahead = priority < mine_priority || (priority == mine_priority && first < ticket);
+    if (ahead && alive(s.pid.load())) total += s.placing_sms.load();
   }
   return total;
 }
@@ -285,7 +294,7 @@ void run_mps(SharedGpu* gpu, LocalGpu& local, Slot* slot, unsigned sms, uint64_t
   if (slot) {
     ticket = gpu->tickets.fetch_add(1) + 1;
     start_placing(local, slot, ticket, sms);
-    while (sms_placed_before(gpu, slot, ticket) >= settings().sms) pause_briefly();
+    while (sms_placed_ahead(gpu, slot, ticket) >= settings().sms) pause_briefly();
   }
   // Its blocks are all placed once the work of all waves but the last is done.
   double placed_at = waves > 1 ? static_cast<double>(work_ns) * (waves - 1) / waves : 0;
@@ -293,6 +302,13 @@ void run_mps(SharedGpu* gpu, LocalGpu& local, Slot* slot, unsigned sms, uint64_t
   if (slot) slot->sms.fetch_add(static_cast<int32_t>(sms));
   double done = 0;
   while (done < static_cast<double>(work_ns)) {
+    if (ticket && sms_placed_ahead(gpu, slot, 0) >= settings().sms) {
+      // Higher-priority kernels take every SM that frees: no block of this one is placed, and
+      // its SMs are theirs until they have placed their own.
+      slot->sms.fetch_sub(static_cast<int32_t>(sms));
+      while (sms_placed_ahead(gpu, slot, 0) >= settings().sms) pause_briefly();
+      slot->sms.fetch_add(static_cast<int32_t>(sms));
+    }
     int32_t used = std::max<int32_t>(sms_in_use(gpu), 1);
     double rate = used > settings().sms ? static_cast<double>(settings().sms) / used : 1.0;
     uint64_t start = now_ns();

@@ -223,6 +223,9 @@ void contention_after_fork_child();
 int sm_limit(const Context* ctx);
 // The process's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE as SMs (0: none, or not under MPS).
 int process_sm_limit();
+// CUDA_MPS_CLIENT_PRIORITY as MPS reads it for a client: 0 normal, 1 below normal (read when
+// the process first runs a kernel, so that a forked test child may set its own).
+int mps_client_priority();
 // The green context whose SMs a kernel launched on `s` with `ctx` current gets: the stream's,
 // or on the NULL stream the current context's when it was converted from one; else nullptr.
 const GreenContext* kernel_green_context(const Context* ctx, const Stream* s);

@@ -1,4 +1,4 @@
-// SM limits under MPS (SIMGPU_SHARING=mps): what a real MPS client gets from
+// SM limits and the client's priority under MPS (SIMGPU_SHARING=mps): what a real MPS client gets from
 // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (the whole process, read when the driver starts) or from
 // an execution affinity at context creation (cuCtxCreate_v3/_v4 with CU_EXEC_AFFINITY_TYPE_SM_COUNT,
 // one context). A kernel of such a context occupies at most its SMs and takes longer in
@@ -30,6 +30,14 @@ int process_sm_limit() {
     return sms;
   }();
   return limit;
+}
+
+int mps_client_priority() {
+  const char* v = std::getenv("CUDA_MPS_CLIENT_PRIORITY");
+  if (!v || !*v || !settings().mps) return 0;
+  if ((v[0] == '0' || v[0] == '1') && !v[1]) return v[0] - '0';
+  log(1, "CUDA_MPS_CLIENT_PRIORITY='%s' is not 0 (normal) or 1 (below normal): ignored", v);
+  return 0;
 }
 
 int sm_limit(const Context* ctx) {

@@ -614,7 +614,9 @@ std::pair<double, double> contend_best(int kernels, double ms, unsigned grid) {
 // Under MPS, blocks are placed in the order kernels reach the GPU: a one-wave kernel of this
 // process, launched while another process's ten-wave kernel places its blocks, starts only once
 // that kernel's last wave has begun. Run with SIMGPU_SHARING=mps and SIMGPU_NS_PER_WAVE=1 ms.
-void check_mps_order() {
+// How long a one-wave kernel of this process takes behind another process's ten-wave kernel
+// that reached the GPU first, that process's MPS client priority `other_priority`; and alone.
+std::pair<double, double> small_kernel_behind_other(const char* other_priority) {
   use_primary_context();
   CUmodule m;
   CUfunction scale;
@@ -639,6 +641,7 @@ void check_mps_order() {
   CHECK(pipe(go) == 0 && pipe(launched) == 0);
   pid_t pid = fork();
   if (pid == 0) {
+    setenv("CUDA_MPS_CLIENT_PRIORITY", other_priority, 1);  // read at the child's first kernel
     char c;
     CHECK(read(go[0], &c, 1) == 1);
     launch(10 * 132);  // ten waves of 1 ms on 132 SMs
@@ -654,10 +657,25 @@ void check_mps_order() {
   int status = 0;
   waitpid(pid, &status, 0);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return {alone, behind};
+}
+
+// Same priority: blocks are placed in the order kernels reach the GPU.
+void check_mps_order() {
+  auto [alone, behind] = small_kernel_behind_other("0");
   std::printf("mps order: a one-wave kernel alone %.1f ms, behind another process's ten-wave kernel %.1f ms\n",
               alone * 1e3, behind * 1e3);
   CHECK(alone < 0.004);
   CHECK(behind > 0.006);  // waited for most of the nine waves it came behind (7-8 ms left of them)
+}
+
+// The other process below normal (CUDA_MPS_CLIENT_PRIORITY=1): this one's blocks go first.
+void check_mps_priority() {
+  auto [alone, behind] = small_kernel_behind_other("1");
+  std::printf("mps priority: a one-wave kernel alone %.1f ms, behind a below-normal process's ten-wave kernel %.1f ms\n",
+              alone * 1e3, behind * 1e3);
+  CHECK(alone < 0.004);
+  CHECK(behind < 0.0045);  // at most its own wave and a look of the other kernel's (1 ms)
 }
 
 }  // namespace
@@ -679,6 +697,7 @@ int main(int argc, char** argv) {
   else if (check == "fork_busy") check_fork_busy();
   else if (check == "device") check_device();
   else if (check == "mps_order") check_mps_order();
+  else if (check == "mps_priority") check_mps_priority();
   else if (check == "slice") {
     // One 10 ms kernel per process: time slicing preempts, so both take about twice as long.
     auto [alone, together] = contend_best(1, 10, 132);
