@@ -276,7 +276,8 @@ std::string Server::status_json() const {
                     // Policy fill: online requests' holds of training (TANDEM_FILL_ONLINE_HOLD)
                     {"online_holds", g->policy() == TANDEM_POLICY_SLO ? nlohmann::json(nullptr)
                                      : nlohmann::json{{"part", g->fill_online_hold()},
-                                                      {"refused_ms", static_cast<double>(g->request_holds().refused_ns()) / 1e6}}},
+                                                      {"refused_ms", static_cast<double>(g->request_holds().refused_ns()) / 1e6},
+                                                      {"horizon_ms", static_cast<double>(g->hold_horizon().horizon_ns()) / 1e6}}},
                     {"slo", slo},
                     {"pool", pool_status(uuid)},
                     {"capacity", capacity_status(*g)},

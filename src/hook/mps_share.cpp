@@ -29,6 +29,18 @@ int ask_mps_sm_share() noexcept {
   return static_cast<int>(pct);
 }
 
+bool ask_mps_priority() noexcept {
+  if (g_role != TANDEM_ROLE_TRAINING && g_role != TANDEM_ROLE_BATCH_INFERENCE) return false;
+  if (!setting_bool(SettingId::TANDEM_MPS_PRIORITY)) return false;
+  if (const char* set = getenv("CUDA_MPS_CLIENT_PRIORITY"); set && *set) {
+    TANDEM_LOG_INFO("CUDA_MPS_CLIENT_PRIORITY={} already set: kept", set);
+    return false;
+  }
+  if (setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 1) != 0) return false;
+  TANDEM_LOG_INFO("asks MPS for below-normal priority (CUDA_MPS_CLIENT_PRIORITY=1): online inference first");
+  return true;
+}
+
 void publish_sm_share(tandem_client_page* page) noexcept {
   static int context_sms = -1, device_sms = 0;  // the progress thread's alone
   if (context_sms < 0) {

@@ -12,6 +12,12 @@ namespace tandem::hook {
 // percentage set (0: none).
 int ask_mps_sm_share() noexcept;
 
+// At bootstrap, likewise: a training or batch-inference process with TANDEM_MPS_PRIORITY=1 sets
+// CUDA_MPS_CLIENT_PRIORITY=1 (below normal; unless the operator set it), so that MPS places an
+// online request's blocks before theirs (inference first, as SIRIUS and SpecInF order the
+// roles). Returns whether it set it.
+bool ask_mps_priority() noexcept;
+
 // On the progress thread, the application's context current: the context's SMs (its MPS
 // execution affinity) and the device's, into the page. Queried once, published every call.
 void publish_sm_share(tandem_client_page* page) noexcept;

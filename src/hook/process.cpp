@@ -88,6 +88,7 @@ void bootstrap() noexcept {
   atexit(on_exit_write_stats);
   g_role = role_code(setting_text(SettingId::TANDEM_ROLE));
   ask_mps_sm_share();  // before this first call reaches the driver
+  ask_mps_priority();
   read_job_identity();
   g_job_local = g_role == TANDEM_ROLE_TRAINING && setting_bool(SettingId::TANDEM_JOB_LOCAL) && !g_job_grouped;
   start_progress_thread();  // registers with tandemd in the background: never blocks the caller

@@ -119,7 +119,9 @@ void GpuScheduler::tick(uint64_t now_ns) {
   uint64_t collectives_pending = 0;  // NCCL markers recorded but not passed
   uint64_t inference_slots = 0;
   uint64_t others_work = 0;  // GPU work the non-training clients completed since the last tick
-  uint64_t training_completed = 0;  // the training clients' completed work (their pages' sum)
+  // The training clients' completion markers passed (their pages' sum): those behind gated
+  // launches and the progress thread's, one a tick behind the last launch with the gate open.
+  uint64_t training_completed = 0;
   bool spatial = true;  // every training client's context limited to part of the SMs (MPS)
   bool live = true;     // every training client an MPS client holding the same live partitions
   uint32_t live_mask = 0;
@@ -137,7 +139,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
     if (s.role != TANDEM_ROLE_TRAINING) others_work += others_work_since(s, static_cast<int>(i), c);
     if (s.role == TANDEM_ROLE_TRAINING) {
       training_.push_back(gated_state(static_cast<int>(i), s, c));
-      training_completed += c.v.completed_ns;
+      training_completed += c.v.markers_completed;
       spatial = spatial && c.v.sm_count > 0 && c.v.sm_count < c.v.device_sms;
       uint32_t mask = c.v.training_flags & TANDEM_TRAINING_LIVE_MASK;
       live = live && (c.v.training_flags & TANDEM_TRAINING_MPS) && mask && (!live_mask || mask == live_mask);
@@ -171,6 +173,14 @@ void GpuScheduler::tick(uint64_t now_ns) {
   const bool slo = params_.policy == TANDEM_POLICY_SLO;
   const bool fill_holds = !slo && training && !online_.empty() && params_.fill.online_hold > 0;
   const bool may_hold = holds_.allow(now_ns, online_, slo ? slo_.duty() : 1.0) && (slo || fill_holds);
+  // Policy fill: a request that arrives while training computes and whose bubble is due within
+  // the horizon waits for it, so that the holds go to those that would wait long (hold_horizon.h).
+  bool bubble_due = false;
+  if (fill_holds) {
+    horizon_.tick(holds_.pace(), detector_.mean_busy_ns());
+    bubble_due = detector_.phase() == GpuPhase::busy &&
+                 horizon_.bubble_due(now_ns, detector_.phase_started_ns(), detector_.mean_busy_ns());
+  }
   // Policy fill publishes every open request (stuck ones cleared): a batch filler yields to one
   // always (online before offline); training only while it may be held, by its gate below.
   bool holding = false;
@@ -210,25 +220,25 @@ void GpuScheduler::tick(uint64_t now_ns) {
     // Policy fill: training's launches wait while a request holds it (the gate reopens at the
     // tick after the request's end). Its in-flight bound applies to the launches that pass the
     // gate while it is shut; those made with it open are not bounded (docs/scheduler.md: the
-    // bound on every launch cost PyTorch training 11-18%), so a request waits for what training
-    // queued before it.
+    // bound on every launch cost PyTorch training 11-18%). What training queued before the
+    // request still runs: under MPS behind the request's blocks (training asks for below-normal
+    // priority, TANDEM_MPS_PRIORITY), without MPS before them.
     set_gates(shm, training_, holding ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
     set_inflight_bounds(shm, training_, fill_holds ? params_.fill.max_inflight_ns / training_.size() : 0);
     // Published for the requests' admission: 0 lets a request run at once, 1 sends it to a bubble.
-    __atomic_store_n(&shm->requests_unheld, may_hold ? 0u : 1u, __ATOMIC_RELEASE);
-    // A hold costs training the time in which its queued work makes no progress (until that
-    // has run out, the GPU works for training beside the request), except inside a bubble, up
-    // to its predicted end: training had nothing to run (the phase is kept as the hold found
-    // it, below). Charging whole holds spent the part on about half the requests that came
-    // while training computed (20 a second of 5 ms). Progress, not the queue's size, is what
-    // counts: an in-flight estimate that never fell to 0 would make every hold free; and a
-    // request held open from a bubble for ever is charged from the bubble's predicted end.
-    bool progressed = training_completed > training_completed_ns_;
+    __atomic_store_n(&shm->requests_unheld, may_hold && !bubble_due ? 0u : 1u, __ATOMIC_RELEASE);
+    // A hold costs training the time in which its queued work makes no progress (no completion
+    // marker of training passed: behind a gated launch, or the progress thread's one a tick),
+    // except inside a bubble, up to its predicted end: training had nothing to run (the phase
+    // is kept as the hold found it, below). Progress, not the queue's size, is what counts: an
+    // in-flight estimate that never fell to 0 would make every hold free; and a request held
+    // open from a bubble for ever is charged from the bubble's predicted end.
+    bool progressed = training_completed > training_completed_;
     bool in_bubble = detector_.phase() == GpuPhase::bubble && now_ns < detector_.predicted_bubble_end_ns();
     bool charged = holding && !progressed && !in_bubble;
     holds_.decided(charged, charged, 1.0);
   }
-  training_completed_ns_ = training_completed;
+  training_completed_ = training_completed;
   publish_live_partition(shm, slo && training);
   request_running_ = slo && training && slo_.gating() && holding;
 

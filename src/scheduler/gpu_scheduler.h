@@ -16,6 +16,7 @@
 #include "gpu_sharing.h"
 #include "gpu_segment.h"
 #include "gpu_usage.h"
+#include "hold_horizon.h"
 #include "request_holds.h"
 #include "slo_policy.h"
 #include "trace.h"
@@ -62,6 +63,8 @@ class GpuScheduler {
   // not a stuck client's, and within the floor, request_holds.h). A job's collectives are held then.
   bool request_running() const { return request_running_; }
   const RequestHolds& request_holds() const { return holds_; }
+  // Policy fill: how near a bubble must be for a request to wait for it rather than hold training.
+  const HoldHorizon& hold_horizon() const { return horizon_; }
   // Null unless TANDEM_ZICO is on.
   const ZicoPolicy* zico() const { return params_.zico ? &zico_ : nullptr; }
   uint64_t zico_budget_bytes() const;
@@ -95,6 +98,7 @@ class GpuScheduler {
   FillPolicy policy_;
   SloPolicy slo_;
   RequestHolds holds_;
+  HoldHorizon horizon_;
   bool communicating_ = false;
   Trace trace_;
   std::vector<FillerState> fillers_, training_;
@@ -125,7 +129,7 @@ class GpuScheduler {
   int collective_next_ = 0;
   uint64_t communicating_since_ns_ = 0;
   bool request_running_ = false;
-  uint64_t training_completed_ns_ = 0;  // the training clients' completed work, summed, last tick
+  uint64_t training_completed_ = 0;  // the training clients' completion markers passed, summed, last tick
   bool collectives_held_ = false;   // every training client's collectives may be held (TANDEM_JOB_LOCAL)
   uint64_t slowest_request_ns_ = 0; // among the online clients, last tick
   uint64_t tightest_target_ns_ = 0;

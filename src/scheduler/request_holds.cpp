@@ -41,6 +41,12 @@ bool RequestHolds::allow(uint64_t now_ns, std::vector<OnlineClient>& online, dou
   return !released_;
 }
 
+RequestHolds::Pace RequestHolds::pace() const {
+  double elapsed = static_cast<double>(last_ns_ - window_start_ns_);
+  double part = 1.0 - p_.floor;
+  return {elapsed - given_ns_, elapsed * part, static_cast<double>(p_.window_ns) * part};
+}
+
 void RequestHolds::decided(bool gating, bool held, double duty) { share_ = !gating ? 1.0 : held ? 0.0 : duty; }
 
 }  // namespace tandem::scheduler

@@ -257,11 +257,20 @@ def answered_in_bubbles(requests, train, w):
 
 def fill_online(env, rounds):
     env.base["SIMGPU_SHARING"] = "mps"  # SpecInF's baseline is MPS Co-Exec: the same GPU in every configuration
+    # Each training process warms up alone: train.py sizes its kernels by timing one at start,
+    # and timed beside the other programs' warm-up one copy got fewer, longer kernels than the
+    # other (MPS Co-Exec's training at 1.4 x the rate of the one measured alone).
     train = Program(env, "train", "train.py", ["--log-steps", *TRAIN], "training")
+    warmed_up([train])
+    # MPS Co-Exec's training: the same program as a process tandem leaves alone (role none), at
+    # MPS's default priority. A training process asks MPS for below-normal priority when it
+    # starts (TANDEM_MPS_PRIORITY), daemon or not, and a process's MPS priority is fixed then.
+    train_co = Program(env, "train-co", "train.py", ["--log-steps", *TRAIN], "none")
+    warmed_up([train_co])
     servers = {"sync": Program(env, "serve", "serve.py", ["--log-requests", *ONLINE_FILL], "inference"),
                "api": Program(env, "serve-api", "serve.py", ["--log-requests", "--tandem-requests", *ONLINE_FILL],
                               "inference")}
-    warmed_up([train, *servers.values()])
+    warmed_up(list(servers.values()))
     results = {k: [] for k in servers}
     try:
         for n in range(1, rounds + 1):
@@ -273,11 +282,13 @@ def fill_online(env, rounds):
             sync = servers["sync"]
             sync.run(True)
             ex = sync.between(*window(ONLINE_WINDOW_S))
-            train.run(True)
+            train_co.run(True)
             w = window(ONLINE_WINDOW_S)
             co = sync.between(*w)
-            co_train, co_in = steps_per_s(train, w) / alone, answered_in_bubbles(co, train, w)
+            co_train, co_in = steps_per_s(train_co, w) / alone, answered_in_bubbles(co, train_co, w)
             sync.run(False)
+            train_co.run(False)
+            train.run(True)
 
             def tandem_windows():
                 out = {}
@@ -307,14 +318,13 @@ def fill_online(env, rounds):
                       f"tandem {r['p50']:.1f}/{r['p95']:.1f} = {r['vs_mps']:.2f} x MPS's p95 (training {kept:.3f}, "
                       f"answered in bubbles {inb:.2f}, {len(reqs)} requests; {r['waited']:.2f} of them waited for a "
                       f"bubble, {r['wait_ms']:.1f} ms on average; tandemd: training iteration {r['iteration_ms']:.1f} ms, "
-                      f"learned request {slot.get('request_ms', 0.0):.1f} ms)")
-        train.stop()
-        for srv in servers.values():
-            srv.stop()
+                      f"learned request {slot.get('request_ms', 0.0):.1f} ms, horizon "
+                      f"{(gpu.get('online_holds') or {}).get('horizon_ms', 0.0):.1f} ms)")
+        for p in (train, train_co, *servers.values()):
+            p.stop()
     finally:
-        train.kill()
-        for srv in servers.values():
-            srv.kill()
+        for p in (train, train_co, *servers.values()):
+            p.kill()
     for k, rs in results.items():
         print(f"spread {k}: tandem p95 / MPS Co-Exec p95 " + " ".join(f"{r['vs_mps']:.2f}" for r in rs) +
               "; training " + " ".join(f"{r['train']:.3f}" for r in rs) + "; answered in bubbles " +
@@ -322,20 +332,21 @@ def fill_online(env, rounds):
     for k, rs in results.items():
         kept = max(r["train"] for r in rs)
         check(kept >= 0.95, f"{k}: training under tandem keeps {kept:.3f} >= 0.95 of Exclusive (best round)")
-        # Run at once, holding training, while the second's holds last: p50 about MPS Co-Exec's
-        # (1.0-1.5 x measured, 1.0-1.3 in the best round), where admitting every request into a
-        # bubble made it about 3 x (29-32 ms against 10 ms, the setting at 0).
+        # Run at once, holding training, ahead of training's queued kernels (training asks MPS for
+        # below-normal priority): p50 0.18-0.26 x MPS Co-Exec's, where a held request took turns
+        # with them at normal priority (1.0-1.5 x).
         p50 = min(r["p50"] / r["co_p50"] for r in rs)
-        check(p50 <= 1.5, f"{k}: requests run at once, holding training: p50 {p50:.2f} <= 1.5 x MPS Co-Exec's (best round)")
-        # What that costs a request: the wait for the next bubble that holds it, at most one
-        # training iteration more than MPS Co-Exec's p95 (whose sharing slows a request's kernels).
-        best = min(rs, key=lambda r: r["p95"] - r["co_p95"] - r["iteration_ms"])
-        check(best["p95"] <= best["co_p95"] + best["iteration_ms"],
-              f"{k}: tandem's p95 {best['p95']:.1f} ms <= MPS Co-Exec's {best['co_p95']:.1f} ms + one training iteration "
-              f"({best['iteration_ms']:.1f} ms) (best round)")
-        ratio = min(r["vs_mps"] for r in rs)
-        print(f"note {k}: SpecInF's goal, p95 <= 0.5 x MPS Co-Exec's, is {'met' if ratio <= 0.5 else 'not met'} "
-              f"({ratio:.2f} x, best round)")
+        check(p50 <= 0.5, f"{k}: requests run at once, ahead of training's kernels: p50 {p50:.2f} <= 0.5 x MPS "
+              f"Co-Exec's (best round)")
+        # The rest wait for the bubble when it is due within the hold horizon, which paces the
+        # holds through each second: best rounds 0.40-0.58 x measured, 0.79-1.14 without priority
+        # and horizon (every request held until a second's part was spent, the rest waiting for a
+        # bubble up to a whole compute phase).
+        best = min(r["vs_mps"] for r in rs)
+        check(best <= 0.7, f"{k}: tandem's p95 {best:.2f} <= 0.7 x MPS Co-Exec's (best round)")
+        worst = max(r["vs_mps"] for r in rs)
+        print(f"note {k}: SpecInF's goal, p95 <= 0.5 x MPS Co-Exec's, is met in {sum(r['vs_mps'] <= 0.5 for r in rs)} "
+              f"of {len(rs)} rounds ({best:.2f}-{worst:.2f} x)")
 
 
 def slo(env, rounds):

@@ -1,11 +1,13 @@
 // Policy fill with online inference (TANDEM_FILL_ONLINE_HOLD): a request may hold training so
 // that it runs at once; holds made while training computes are bounded to the setting's part of
-// each second, after which requests are sent to bubbles; a hold's quiet is not learned as a
-// bubble; 0 turns holds off (SpecInF's pull-and-execute only).
+// each second, after which requests are sent to bubbles; a request whose bubble is due within
+// the hold horizon waits for it; a hold's quiet is not learned as a bubble; 0 turns holds off
+// (SpecInF's pull-and-execute only).
 #include <catch2/catch.hpp>
 
 #include "gate.h"
 #include "gpu_scheduler.h"
+#include "hold_horizon.h"
 
 using namespace tandem::scheduler;
 
@@ -149,16 +151,16 @@ TEST_CASE("fill online hold: a hold costs nothing while training's queued work s
   FillGpu g(0.05);
   for (int i = 0; i < 5; ++i) g.tick(true);
   tandem_client_page* train = g.gpu.segment().page(g.train);
-  train->issued_ns = 1000 * kMs;  // a long queue, completing 1 ms a tick beside the request
+  train->markers_recorded = 1000;  // a long queue, a marker of it passing each tick beside the request
   uint64_t held = 0;
   for (int k = 0; k < 500; ++k) {
     g.request(true);
-    train->completed_ns += kMs;
+    train->markers_completed += 1;
     g.tick(false);
     held += g.training_held();
   }
   CHECK(held == 500);  // never charged: the part is not spent
-  // No progress any more (the queue ran out, or its estimate never falls): the hold costs it.
+  // No progress any more (the queue ran out): the hold costs it.
   uint64_t more = 0;
   for (int k = 0; k < 400; ++k) {
     g.request(true);
@@ -185,4 +187,75 @@ TEST_CASE("fill online hold: a request held open from a bubble for ever is charg
   }
   INFO("held " << held << " of 800 ms (one window of the holds)");
   CHECK(held <= 10 + 51);  // the bubble's rest, then the part
+}
+
+TEST_CASE("hold horizon: holds used ahead of the second's pace lengthen it; the base follows the seconds") {
+  HoldHorizon h;
+  const uint64_t busy = 60 * kMs;
+  const double part = 50.0 * kMs;  // of a second, at 5%
+  h.tick({0, 0, part}, busy);
+  CHECK(h.horizon_ns() == 0);  // nothing used: every request holds
+  h.tick({20.0 * kMs, 5.0 * kMs, part}, busy);
+  CHECK(h.horizon_ns() == 15 * kMs);  // 15 ms ahead of the pace: requests 15 ms from a bubble wait
+  h.tick({20.0 * kMs, 30.0 * kMs, part}, busy);
+  CHECK(h.horizon_ns() == 0);  // behind it
+  h.tick({200.0 * kMs, 30.0 * kMs, part}, busy);
+  CHECK(h.horizon_ns() == busy);  // at most a compute phase
+  // That second used more than 90% of its part: the next ones start with a longer base.
+  h.tick({0, 0, part}, busy);
+  CHECK(h.base_ns() == busy / 16);
+  CHECK(h.horizon_ns() == busy / 16);
+  // One that used less than 60%: shorter again.
+  h.tick({20.0 * kMs, 49.0 * kMs, part}, busy);
+  h.tick({0, 0, part}, busy);
+  CHECK(h.base_ns() == 0);
+  // Between the two: unchanged.
+  h.tick({40.0 * kMs, 49.0 * kMs, part}, busy);
+  h.tick({0, 0, part}, busy);
+  CHECK(h.base_ns() == 0);
+}
+
+TEST_CASE("hold horizon: bubble_due covers the horizon before the predicted bubble and as long after it") {
+  HoldHorizon h;
+  h.tick({15.0 * kMs, 5.0 * kMs, 50.0 * kMs}, 60 * kMs);  // 10 ms
+  const uint64_t start = 1000 * kMs, busy = 60 * kMs;      // the bubble is due at start + 60 ms
+  CHECK_FALSE(h.bubble_due(start + 49 * kMs, start, busy));
+  CHECK(h.bubble_due(start + 50 * kMs, start, busy));
+  CHECK(h.bubble_due(start + 70 * kMs, start, busy));
+  CHECK_FALSE(h.bubble_due(start + 71 * kMs, start, busy));  // overdue: the prediction was wrong, hold
+  CHECK_FALSE(h.bubble_due(start + 50 * kMs, start, 0));     // nothing learned
+}
+
+TEST_CASE("fill online hold: with the holds ahead of their pace, a request near the bubble waits for it") {
+  FillGpu g(0.05);
+  auto iteration = [&] {  // 20 ms computing, then a 10 ms bubble
+    for (int i = 0; i < 20; ++i) g.tick(true);
+    for (int i = 0; i < 10; ++i) g.tick(false);
+  };
+  auto computing_with_request = [&](int ticks) {
+    for (int i = 0; i < ticks; ++i) {
+      g.request(true);
+      g.tick(true);
+    }
+    g.request(false);
+  };
+  const uint64_t first = g.t + kMs;  // the holds' windows count from the first tick
+  while (g.t < first + 1000 * kMs) iteration();  // the phases learned, the next second begun
+  for (int i = 0; i < 10; ++i) g.tick(false);  // its first bubble, if it began in a compute phase
+  computing_with_request(8);  // 8 ms of holds early in the second: ahead of 5% of it
+  for (int i = 0; i < 5; ++i) g.tick(true);
+  for (int i = 0; i < 10; ++i) g.tick(false);
+  REQUIRE(g.gpu.detector().mean_busy_ns() >= 15 * kMs);  // the compute phase as learned
+  REQUIRE(g.gpu.hold_horizon().horizon_ns() >= 4 * kMs);
+  REQUIRE(g.gpu.hold_horizon().horizon_ns() <= 8 * kMs);
+  // The next compute phase: early in it a request holds training; near its end it waits.
+  int unheld_early = 0, unheld_late = 0;
+  for (int i = 0; i < 20; ++i) {
+    g.tick(true);
+    if (i >= 1 && i < 5) unheld_early += g.shm->requests_unheld;
+    if (i >= 14) unheld_late += g.shm->requests_unheld;
+  }
+  CHECK(unheld_early == 0);
+  CHECK(unheld_late == 6);
+  CHECK(g.shm->slots[g.train].gate == TANDEM_GATE_OPEN);  // waiting for the bubble holds nothing
 }

@@ -13,7 +13,10 @@
 
 #include "handle_map.h"
 #include "kernel_kind.h"
+#include "mps_share.h"
+#include "progress.h"
 #include "resolver.h"
+#include "settings_env.h"
 #include "stats_writer.h"
 
 using namespace tandem::hook;
@@ -136,4 +139,30 @@ TEST_CASE("stats file is written without following symlinks planted beside it") 
   ::unlink(path.c_str());
   ::unlink((path + ".tmp").c_str());
   ::rmdir(dir.c_str());
+}
+
+TEST_CASE("training and batch fillers ask MPS for below-normal priority; an operator's setting is kept") {
+  // Read by the driver at its start: set at bootstrap in the process's environment, so that an
+  // online request's blocks are placed before theirs (TANDEM_MPS_PRIORITY).
+  uint32_t role = g_role;
+  unsetenv("CUDA_MPS_CLIENT_PRIORITY");
+  tandem::test::load_env({});
+  g_role = TANDEM_ROLE_INFERENCE;
+  CHECK_FALSE(ask_mps_priority());
+  CHECK(getenv("CUDA_MPS_CLIENT_PRIORITY") == nullptr);  // online inference stays normal
+  for (uint32_t r : {TANDEM_ROLE_TRAINING, TANDEM_ROLE_BATCH_INFERENCE}) {
+    unsetenv("CUDA_MPS_CLIENT_PRIORITY");
+    g_role = r;
+    CHECK(ask_mps_priority());
+    CHECK(std::string(getenv("CUDA_MPS_CLIENT_PRIORITY")) == "1");
+  }
+  setenv("CUDA_MPS_CLIENT_PRIORITY", "0", 1);  // the operator's
+  CHECK_FALSE(ask_mps_priority());
+  CHECK(std::string(getenv("CUDA_MPS_CLIENT_PRIORITY")) == "0");
+  unsetenv("CUDA_MPS_CLIENT_PRIORITY");
+  tandem::test::load_env({"TANDEM_MPS_PRIORITY=0"});
+  CHECK_FALSE(ask_mps_priority());
+  CHECK(getenv("CUDA_MPS_CLIENT_PRIORITY") == nullptr);
+  tandem::test::load_env({});
+  g_role = role;
 }
