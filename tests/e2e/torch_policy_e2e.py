@@ -62,7 +62,7 @@ FILLER = ["--gpu-ms", "4", "--kernel-ms", "1", "--warmup", "3"]
 TRAIN_SLEEP_S = 0.030
 # Online inference under policy fill: requests of 4 ms of GPU work, Poisson arrivals (SpecInF's
 # online workload), 20 a second.
-ONLINE_FILL = ["--gpu-ms", "4", "--kernel-ms", "1", "--warmup", "3", "--rate", "20"]
+ONLINE_FILL = ["--gpu-ms", "4", "--kernel-ms", "1", "--warmup", "3"]  # and a rate
 ONLINE_WINDOW_S = 8.0
 # Under policy slo training's kernels are short: the simulated GPU switches processes only
 # between kernels, so a request waits for at most one of them (docs/slo.md).
@@ -255,7 +255,10 @@ def answered_in_bubbles(requests, train, w):
     return sum(any(a <= e <= b for a, b in pauses) for e in ends) / max(1, len(ends))
 
 
-def fill_online(env, rounds):
+def fill_online(env, rounds, rate="20", goal=False):
+    """serve.py as online inference beside train.py, `rate` requests a second, under MPS Co-Exec
+    and under tandem's policy fill; `goal`: asserts SpecInF's (p95 at most half of MPS
+    Co-Exec's with training at 0.95 or more) in a round."""
     env.base["SIMGPU_SHARING"] = "mps"  # SpecInF's baseline is MPS Co-Exec: the same GPU in every configuration
     # Each training process warms up alone: train.py sizes its kernels by timing one at start,
     # and timed beside the other programs' warm-up one copy got fewer, longer kernels than the
@@ -267,8 +270,9 @@ def fill_online(env, rounds):
     # starts (TANDEM_MPS_PRIORITY), daemon or not, and a process's MPS priority is fixed then.
     train_co = Program(env, "train-co", "train.py", ["--log-steps", *TRAIN], "none")
     warmed_up([train_co])
-    servers = {"sync": Program(env, "serve", "serve.py", ["--log-requests", *ONLINE_FILL], "inference"),
-               "api": Program(env, "serve-api", "serve.py", ["--log-requests", "--tandem-requests", *ONLINE_FILL],
+    load = [*ONLINE_FILL, "--rate", rate]
+    servers = {"sync": Program(env, "serve", "serve.py", ["--log-requests", *load], "inference"),
+               "api": Program(env, "serve-api", "serve.py", ["--log-requests", "--tandem-requests", *load],
                               "inference")}
     warmed_up(list(servers.values()))
     results = {k: [] for k in servers}
@@ -339,14 +343,20 @@ def fill_online(env, rounds):
         check(p50 <= 0.5, f"{k}: requests run at once, ahead of training's kernels: p50 {p50:.2f} <= 0.5 x MPS "
               f"Co-Exec's (best round)")
         # The rest wait for the bubble when it is due within the hold horizon, which paces the
-        # holds through each second: best rounds 0.40-0.58 x measured, 0.79-1.14 without priority
+        # holds through each second: best rounds 0.40-0.64 x measured, 0.79-1.14 without priority
         # and horizon (every request held until a second's part was spent, the rest waiting for a
         # bubble up to a whole compute phase).
         best = min(r["vs_mps"] for r in rs)
         check(best <= 0.7, f"{k}: tandem's p95 {best:.2f} <= 0.7 x MPS Co-Exec's (best round)")
         worst = max(r["vs_mps"] for r in rs)
-        print(f"note {k}: SpecInF's goal, p95 <= 0.5 x MPS Co-Exec's, is met in {sum(r['vs_mps'] <= 0.5 for r in rs)} "
-              f"of {len(rs)} rounds ({best:.2f}-{worst:.2f} x)")
+        met = sum(r["vs_mps"] <= 0.5 and r["train"] >= 0.95 for r in rs)
+        print(f"note {k}: SpecInF's goal, p95 <= 0.5 x MPS Co-Exec's with training >= 0.95, is met in {met} of "
+              f"{len(rs)} rounds (p95 {best:.2f}-{worst:.2f} x)")
+        if goal:
+            # 10 requests a second (SpecInF's Poisson mean): met in 10 of 12 rounds measured (p95
+            # 0.14-0.73 x, training 0.96-1.00); at 20 a second, where the holds' 5% runs short, in
+            # 1 of 6.
+            check(met >= 1, f"{k}: SpecInF's goal met in a round at {rate} requests a second")
 
 
 def slo(env, rounds):
@@ -407,7 +417,9 @@ def main():
     require_torch()
     env = Env(build)
     t0 = time.monotonic()
-    {"fill": fill, "fill-online": fill_online, "slo": slo}[case](env, rounds)
+    cases = {"fill": fill, "fill-online": fill_online, "slo": slo,
+             "fill-online-10": lambda env, rounds: fill_online(env, rounds, rate="10", goal=True)}
+    cases[case](env, rounds)
     print(f"torch policy e2e {case}: ok ({time.monotonic() - t0:.0f} s)")
 
 
