@@ -61,7 +61,7 @@ TRAIN_GPU_S = 0.060  # a step's GPU work (its large kernels; the model's own are
 FILLER = ["--gpu-ms", "4", "--kernel-ms", "1", "--warmup", "3"]
 TRAIN_SLEEP_S = 0.030
 # Online inference under policy fill: requests of 4 ms of GPU work, Poisson arrivals (SpecInF's
-# online workload), 20 a second.
+# online workload) at the case's rate: 20 a second, 10 in fill-online-10.
 ONLINE_FILL = ["--gpu-ms", "4", "--kernel-ms", "1", "--warmup", "3"]  # and a rate
 ONLINE_WINDOW_S = 8.0
 # Under policy slo training's kernels are short: the simulated GPU switches processes only
