@@ -11,20 +11,27 @@
 
 namespace tandem::hook {
 
+namespace {
+// Sets `name`=`value` for MPS, which reads it when the driver creates a context, after this
+// first call; the bootstrap runs once, before any thread of ours exists. An operator's value
+// stands (`setting`, the tandem setting that asked, is then ignored).
+bool set_for_mps(const char* name, const char* value, const char* setting) noexcept {
+  if (const char* set = getenv(name); set && *set) {
+    TANDEM_LOG_INFO("{}={} already set: {} ignored", name, set, setting);
+    return false;
+  }
+  return setenv(name, value, 1) == 0;
+}
+}  // namespace
+
 int ask_mps_sm_share() noexcept {
   if (g_role != TANDEM_ROLE_TRAINING) return 0;
   long long pct = setting_int(SettingId::TANDEM_SLO_TRAINING_SMS);
   if (pct <= 0) return 0;
   if (pct > 100) pct = 100;
-  if (const char* set = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"); set && *set) {
-    TANDEM_LOG_INFO("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={} already set: TANDEM_SLO_TRAINING_SMS ignored", set);
-    return 0;
-  }
-  // MPS reads it when the driver creates a context, which happens after this first call;
-  // the bootstrap runs once, before any thread of ours exists.
   char value[8];
   std::snprintf(value, sizeof value, "%lld", pct);
-  if (setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", value, 1) != 0) return 0;
+  if (!set_for_mps("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", value, "TANDEM_SLO_TRAINING_SMS")) return 0;
   TANDEM_LOG_INFO("training asks MPS for {}% of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)", pct);
   return static_cast<int>(pct);
 }
@@ -32,11 +39,7 @@ int ask_mps_sm_share() noexcept {
 bool ask_mps_priority() noexcept {
   if (g_role != TANDEM_ROLE_TRAINING && g_role != TANDEM_ROLE_BATCH_INFERENCE) return false;
   if (!setting_bool(SettingId::TANDEM_MPS_PRIORITY)) return false;
-  if (const char* set = getenv("CUDA_MPS_CLIENT_PRIORITY"); set && *set) {
-    TANDEM_LOG_INFO("CUDA_MPS_CLIENT_PRIORITY={} already set: kept", set);
-    return false;
-  }
-  if (setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 1) != 0) return false;
+  if (!set_for_mps("CUDA_MPS_CLIENT_PRIORITY", "1", "TANDEM_MPS_PRIORITY")) return false;
   TANDEM_LOG_INFO("asks MPS for below-normal priority (CUDA_MPS_CLIENT_PRIORITY=1): online inference first");
   return true;
 }
