@@ -5,10 +5,13 @@
 namespace tandem::scheduler {
 
 void HoldHorizon::tick(const RequestHolds::Pace& pace, uint64_t busy_ns) {
-  if (pace.held_ns < last_held_ns_ && last_allowed_ns_ > 0) {  // a window ended: adjust the base
-    double used = last_held_ns_ / last_allowed_ns_;
-    if (used > 0.9) base_ns_ = std::min(busy_ns, base_ns_ + busy_ns / 16);
-    else if (used < 0.6) base_ns_ -= std::min(base_ns_, busy_ns / 16);
+  if (pace.window_start_ns != window_start_ns_) {  // a window ended: adjust the base by its use
+    if (window_start_ns_ && last_allowed_ns_ > 0) {
+      double used = last_held_ns_ / last_allowed_ns_;
+      if (used > 0.9) base_ns_ = std::min(busy_ns, base_ns_ + busy_ns / 16);
+      else if (used < 0.6) base_ns_ -= std::min(base_ns_, busy_ns / 16);
+    }
+    window_start_ns_ = pace.window_start_ns;
   }
   last_held_ns_ = pace.held_ns;
   last_allowed_ns_ = pace.allowed_ns;

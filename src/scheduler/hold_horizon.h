@@ -19,8 +19,8 @@ namespace tandem::scheduler {
 
 class HoldHorizon {
  public:
-  // Once per tick, with holds in use: the holds' pace in their window (`pace.held_ns` falls
-  // when a new window begins), and training's learned compute phase (0: not learned yet).
+  // Once per tick, with holds in use: the holds' pace in their window, and training's learned
+  // compute phase (0: not learned yet).
   void tick(const RequestHolds::Pace& pace, uint64_t busy_ns);
   // Whether a request now waits for the bubble rather than holding training: training's
   // compute phase began at `busy_started_ns` and is expected to last `busy_ns`. One overdue by
@@ -30,6 +30,7 @@ class HoldHorizon {
   uint64_t base_ns() const { return base_ns_; }
 
  private:
+  uint64_t window_start_ns_ = 0;                   // of the holds' window seen last
   double last_held_ns_ = 0, last_allowed_ns_ = 0;  // the window's, at the last tick
   uint64_t base_ns_ = 0, horizon_ns_ = 0;
 };

@@ -44,7 +44,7 @@ bool RequestHolds::allow(uint64_t now_ns, std::vector<OnlineClient>& online, dou
 RequestHolds::Pace RequestHolds::pace() const {
   double elapsed = static_cast<double>(last_ns_ - window_start_ns_);
   double part = 1.0 - p_.floor;
-  return {elapsed - given_ns_, elapsed * part, static_cast<double>(p_.window_ns) * part};
+  return {window_start_ns_, elapsed - given_ns_, elapsed * part, static_cast<double>(p_.window_ns) * part};
 }
 
 void RequestHolds::decided(bool gating, bool held, double duty) { share_ = !gating ? 1.0 : held ? 0.0 : duty; }

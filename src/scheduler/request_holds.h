@@ -53,10 +53,11 @@ class RequestHolds {
   uint64_t stuck() const { return stuck_; }
   const RequestHoldParams& params() const { return p_; }
   uint64_t refused_ns() const { return refused_ns_; }
-  // The holds' pace in this window, as of the last allow(): the time the best-effort job was
-  // held (not given the GPU), what the floor allows of the window by then (elapsed x (1 -
-  // floor)), and what it allows of the whole window.
+  // The holds' pace in this window, as of the last allow(): when the window began, the time the
+  // best-effort job was held (not given the GPU), what the floor allows of the window by then
+  // (elapsed x (1 - floor)), and what it allows of the whole window.
   struct Pace {
+    uint64_t window_start_ns;
     double held_ns, allowed_by_now_ns, allowed_ns;
   };
   Pace pace() const;

@@ -193,31 +193,54 @@ TEST_CASE("hold horizon: holds used ahead of the second's pace lengthen it; the 
   HoldHorizon h;
   const uint64_t busy = 60 * kMs;
   const double part = 50.0 * kMs;  // of a second, at 5%
-  h.tick({0, 0, part}, busy);
+  uint64_t second = 1000 * kMs;    // the holds' window's start
+  h.tick({second, 0, 0, part}, busy);
   CHECK(h.horizon_ns() == 0);  // nothing used: every request holds
-  h.tick({20.0 * kMs, 5.0 * kMs, part}, busy);
+  h.tick({second, 20.0 * kMs, 5.0 * kMs, part}, busy);
   CHECK(h.horizon_ns() == 15 * kMs);  // 15 ms ahead of the pace: requests 15 ms from a bubble wait
-  h.tick({20.0 * kMs, 30.0 * kMs, part}, busy);
+  h.tick({second, 20.0 * kMs, 30.0 * kMs, part}, busy);
   CHECK(h.horizon_ns() == 0);  // behind it
-  h.tick({200.0 * kMs, 30.0 * kMs, part}, busy);
+  h.tick({second, 200.0 * kMs, 30.0 * kMs, part}, busy);
   CHECK(h.horizon_ns() == busy);  // at most a compute phase
   // That second used more than 90% of its part: the next ones start with a longer base.
-  h.tick({0, 0, part}, busy);
+  h.tick({second += 1000 * kMs, 0, 0, part}, busy);
   CHECK(h.base_ns() == busy / 16);
   CHECK(h.horizon_ns() == busy / 16);
   // One that used less than 60%: shorter again.
-  h.tick({20.0 * kMs, 49.0 * kMs, part}, busy);
-  h.tick({0, 0, part}, busy);
+  h.tick({second, 20.0 * kMs, 49.0 * kMs, part}, busy);
+  h.tick({second += 1000 * kMs, 0, 0, part}, busy);
   CHECK(h.base_ns() == 0);
   // Between the two: unchanged.
-  h.tick({40.0 * kMs, 49.0 * kMs, part}, busy);
-  h.tick({0, 0, part}, busy);
+  h.tick({second, 40.0 * kMs, 49.0 * kMs, part}, busy);
+  h.tick({second += 1000 * kMs, 0, 0, part}, busy);
+  CHECK(h.base_ns() == 0);
+}
+
+TEST_CASE("hold horizon: seconds without a hold shorten the base") {
+  // A horizon as long as the compute phase sends every request to a bubble, so no hold is
+  // made: such seconds must still count, or the base would stay there for good.
+  HoldHorizon h;
+  const uint64_t busy = 64 * kMs;
+  const double part = 50.0 * kMs;
+  uint64_t second = 1000 * kMs;
+  for (int i = 0; i < 20; ++i) {  // seconds that used all of their part
+    h.tick({second, 0, 0, part}, busy);
+    h.tick({second, part, part, part}, busy);
+    second += 1000 * kMs;
+  }
+  REQUIRE(h.base_ns() == busy);
+  for (int i = 0; i < 16; ++i) {  // seconds without a hold
+    h.tick({second, 0, 0, part}, busy);
+    h.tick({second, 0, 25.0 * kMs, part}, busy);
+    second += 1000 * kMs;
+  }
+  h.tick({second, 0, 0, part}, busy);
   CHECK(h.base_ns() == 0);
 }
 
 TEST_CASE("hold horizon: bubble_due covers the horizon before the predicted bubble and as long after it") {
   HoldHorizon h;
-  h.tick({15.0 * kMs, 5.0 * kMs, 50.0 * kMs}, 60 * kMs);  // 10 ms
+  h.tick({1000 * kMs, 15.0 * kMs, 5.0 * kMs, 50.0 * kMs}, 60 * kMs);  // 10 ms
   const uint64_t start = 1000 * kMs, busy = 60 * kMs;      // the bubble is due at start + 60 ms
   CHECK_FALSE(h.bubble_due(start + 49 * kMs, start, busy));
   CHECK(h.bubble_due(start + 50 * kMs, start, busy));
