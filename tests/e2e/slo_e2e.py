@@ -127,20 +127,29 @@ def step(env):
 
 def transparent(env):
     d = env.daemon("slo")
-    b = env.start("infer-sim", "--seconds", "2", "--closed-loop", "--transparent", role="inference")
-    # Once a control interval has seen requests (polled: a loaded machine starts it late).
-    st = env.status_when(lambda s: slots_by_pid(s).get(b.pid, {}).get("latency_samples", 0) > 10, (b,))
+    b = env.start("infer-sim", "--seconds", "3", "--closed-loop", "--transparent", role="inference")
+    # Every control interval that saw requests, read while the process runs: one interval's p99
+    # is about its slowest request, which a loaded machine's hiccup alone can triple; requests
+    # merged across synchronizations would raise every interval's.
+    seen = []
+    while b.poll() is None:
+        slot = slots_by_pid(env.status() or {"gpus": []}).get(b.pid, {})
+        if slot.get("latency_samples", 0) > 10:
+            seen.append(slot)
+        time.sleep(0.1)
     out = finish(b)
     d.terminate()
     d.wait()
-    check(st is not None, "tandemd saw the process's requests")
-    slot = slots_by_pid(st)[b.pid]
+    check(len(seen) >= 3, f"tandemd saw the process's requests ({len(seen)} readings of an interval with requests)")
     gpu_ms = out["gpu_ms_per_request"]
+    p99s = sorted(s["latency_ms"] for s in seen)
+    median = p99s[len(p99s) // 2]
     check(out["request_api"] is False, "infer-sim did not use the client API")
-    check(slot["latency_samples"] > 10, f"requests seen transparently ({slot['latency_samples']} in the interval)")
-    check(gpu_ms * 0.8 <= slot["latency_ms"] <= gpu_ms * 3,
-          f"their published p99 {slot['latency_ms']:.2f} ms matches a request's {gpu_ms:.1f} ms of GPU work")
-    check(slot["requests_open"] <= 1 and slot["slo_ms"] == 100, "at most the current request open; the default target")
+    check(min(s["latency_samples"] for s in seen) > 10, "requests seen transparently in every reading")
+    check(gpu_ms * 0.8 <= median <= gpu_ms * 3,
+          f"their published p99 (median of {len(p99s)} intervals {median:.2f} ms, range {p99s[0]:.2f}-{p99s[-1]:.2f}) "
+          f"matches a request's {gpu_ms:.1f} ms of GPU work")
+    check(all(s["requests_open"] <= 1 and s["slo_ms"] == 100 for s in seen), "at most the current request open; the default target")
 
 
 def daemon_killed(env):
