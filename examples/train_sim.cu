@@ -43,7 +43,7 @@ static const char* kUsage =
     "usage: train-sim [--iterations N | --seconds S] [--compute-kernels K] [--kernel-us U]\n"
     "                 [--comm-us C] [--gap-us G] [--blocks B] [--warmup W] [--report-every R]\n"
     "                 [--mem-mb M] [--gpus N] [--comm-mb M] [--batch N] [--sample-mb M] [--elastic]\n"
-    "                 [--activations-mb M]\n"
+    "                 [--activations-mb M] [--optimizer-us O]\n"
     "  Per iteration: K spin kernels of U us (grid B, default 132), a communication phase (an\n"
     "  NCCL-named spin kernel of C us, then the host waits for it), a data-loading gap of G us.\n"
     "  Defaults: 4 kernels x 7 ms compute, 6 ms communication, 6 ms data-loading gap\n"
@@ -57,6 +57,10 @@ static const char* kUsage =
     "  --activations-mb M: a forward pass of K kernels allocating M/K MiB before each, then a\n"
     "  backward pass of K kernels freeing them in reverse order, the host waiting for each kernel.\n"
     "  Out of memory there: a JSON line with \"error\":\"out of memory\" and exit status 3.\n"
+    "  --optimizer-us O: data parallelism's order: the collective runs on a stream of its own after\n"
+    "  the compute (an event between them), the compute stream waits for it (cudaStreamWaitEvent),\n"
+    "  and an optimizer kernel of O us is queued there behind it, as DDP queues its optimizer step\n"
+    "  behind the gradients' all-reduce; the host then waits for the optimizer. One GPU.\n"
     "  --gpus N > 1 with a build using -DTANDEM_EXAMPLES_NCCL=ON: a real ncclAllReduce of M MiB\n"
     "  (default 64) across N GPUs replaces the stand-in kernel.\n"
     "  Output: a JSON line every R iterations (0: none) and a summary JSON line.\n";
@@ -118,7 +122,7 @@ struct Batch {
 int main(int argc, char** argv) {
   Args a{argc, argv, kUsage};
   int iterations = 100, kernels = 4, blocks = 132, warmup = 3, report_every = 0, gpus = 1;
-  double seconds = 0, kernel_us = 7000, comm_us = 6000, gap_us = 6000;
+  double seconds = 0, kernel_us = 7000, comm_us = 6000, gap_us = 6000, optimizer_us = 0;
   double mem_mb = 128, sample_mb = 0, activations_mb = 0;
   int max_batch = 1;
   bool elastic = false;
@@ -141,6 +145,7 @@ int main(int argc, char** argv) {
     else if (f == "--sample-mb") sample_mb = a.number(0, 1 << 20);
     else if (f == "--elastic") elastic = true;
     else if (f == "--activations-mb") activations_mb = a.number(0, 1 << 20);
+    else if (f == "--optimizer-us") optimizer_us = a.number(0, 1e7);
     else if (f == "--help" || f == "-h") {
       std::printf("%s", kUsage);
       return 0;
@@ -159,6 +164,7 @@ int main(int argc, char** argv) {
                  "an NCCL-named kernel stands in for the all-reduce on one GPU\n", argv[0], gpus);
 #endif
   int ranks = use_nccl ? gpus : 1;
+  if (optimizer_us > 0 && ranks > 1) a.fail("--optimizer-us runs on one GPU");
   if (use_nccl) {
     int have = 0;
     CUDA_CHECK(cudaGetDeviceCount(&have));
@@ -222,6 +228,15 @@ int main(int argc, char** argv) {
     }
   };
 
+  // --optimizer-us: the collective's own stream and the events between it and the compute.
+  cudaStream_t comm_stream = nullptr;
+  cudaEvent_t gradients_ready = nullptr, reduced = nullptr;
+  auto optimizer_ns = static_cast<unsigned long long>(optimizer_us * 1000);
+  if (optimizer_ns) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&gradients_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&reduced, cudaEventDisableTiming));
+  }
   auto communicate = [&] {
 #ifdef TANDEM_EXAMPLES_NCCL
     if (use_nccl) {
@@ -234,7 +249,16 @@ int main(int argc, char** argv) {
       return;
     }
 #endif
-    ncclDevKernel_AllReduce_Sum_f32_spin<<<4, 512, 0, streams[0]>>>(comm_ns);  // the collective
+    if (!comm_stream) {
+      ncclDevKernel_AllReduce_Sum_f32_spin<<<4, 512, 0, streams[0]>>>(comm_ns);  // the collective
+      return;
+    }
+    CUDA_CHECK(cudaEventRecord(gradients_ready, streams[0]));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream, gradients_ready, 0));
+    ncclDevKernel_AllReduce_Sum_f32_spin<<<4, 512, 0, comm_stream>>>(comm_ns);
+    CUDA_CHECK(cudaEventRecord(reduced, comm_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(streams[0], reduced, 0));
+    spin_kernel<<<blocks, 256, 0, streams[0]>>>(optimizer_ns);  // queued behind the collective
   };
   // Forward: an activation before each kernel; backward: freed in reverse, one per kernel.
   auto activation_bytes = static_cast<size_t>(activations_mb * 1024 * 1024);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "capture_state.h"
+#include "collective_waits.h"
 #include "counters.h"
 #include "gate.h"
 #include "green_streams.h"
@@ -71,9 +72,13 @@ inline void after_managed_launch(KernelKind kind, CUstream s, bool per_thread, u
   if (!current_slot()) return;
   tandem_client_page* page = current_page();
   bool nccl = kind == KernelKind::nccl;
-  __atomic_fetch_add(nccl ? &page->nccl_launches : &page->launches, kernels, __ATOMIC_RELAXED);
+  if (!nccl && collective_ahead_of(s, per_thread))
+    note_queued_launches(kernels);  // behind a collective: busy once it is over (collective_waits.h)
+  else
+    __atomic_fetch_add(nccl ? &page->nccl_launches : &page->launches, kernels, __ATOMIC_RELAXED);
   g_notes.last_was_nccl.store(nccl, std::memory_order_relaxed);
   if (nccl) {
+    note_collective_issued();
     g_notes.nccl_stream.store(s, std::memory_order_relaxed);
     g_notes.nccl_per_thread.store(per_thread, std::memory_order_relaxed);
     g_notes.nccl_since_marker.store(true, std::memory_order_relaxed);

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "capture_state.h"
+#include "collective_waits.h"
 #include "counters.h"
 #include "futex.h"
 #include "gate.h"
@@ -47,6 +48,10 @@ struct Marker {
   uint64_t issued_ns = 0;   // the slot's issued_ns when recorded: the work it covers
   uint64_t recorded_at = 0;
   bool nccl = false;  // behind an NCCL kernel: tells when the collective is over
+  uint64_t collectives = 0;  // nccl: the NCCL kernels issued when it was recorded
+  // Not nccl: the collective its stream waits for (collective_waits.h); it is counted recorded
+  // once that collective is over (0: counted when recorded).
+  uint64_t behind = 0;
   // The page it was counted in: one recorded before tandemd restarted completes into nothing
   // (the new page's counters start again from zero; its issued_ns would look like a lie).
   const tandem_client_page* page = nullptr;
@@ -105,10 +110,23 @@ bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   m.issued_ns = __atomic_load_n(&page->issued_ns, __ATOMIC_RELAXED);
   m.recorded_at = monotonic_ns();
   m.nccl = nccl;
+  m.collectives = nccl ? collectives_issued() : 0;
+  m.behind = nccl ? 0 : collective_ahead_of(s, per_thread);
   m.page = page;
   ++g_head;
-  __atomic_fetch_add(nccl ? &page->nccl_markers_recorded : &page->markers_recorded, 1, __ATOMIC_RELEASE);
+  if (nccl)
+    __atomic_fetch_add(&page->nccl_markers_recorded, 1, __ATOMIC_RELEASE);
+  else if (!m.behind)
+    __atomic_fetch_add(&page->markers_recorded, 1, __ATOMIC_RELEASE);
   return true;
+}
+
+// A marker queued behind a collective counts as work on the GPU from when the collective is
+// over (or, at the latest, when it passes itself).
+void count_queued_marker(Marker& m, tandem_client_page* page) {
+  if (!m.behind) return;
+  m.behind = 0;
+  if (m.page == page) __atomic_fetch_add(&page->markers_recorded, 1, __ATOMIC_RELEASE);
 }
 
 // A marker behind the last launch on `s`, from the progress thread. Another thread's
@@ -132,13 +150,21 @@ void poll_markers_locked(uint64_t now) {
     if (!page || m.page != page) continue;
     if (m.nccl) {
       __atomic_fetch_add(&page->nccl_markers_completed, 1, __ATOMIC_RELEASE);
+      collectives_over_through(m.collectives);
     } else {
+      count_queued_marker(m, page);
       __atomic_store_n(&page->completed_ns, m.issued_ns, __ATOMIC_RELEASE);
       __atomic_store_n(&page->last_completion_ns, now, __ATOMIC_RELEASE);
       __atomic_fetch_add(&page->markers_completed, 1, __ATOMIC_RELEASE);
       progressed = true;
     }
   }
+  // The launches and the markers still pending that waited for a collective now over.
+  const uint64_t over = collectives_over();
+  for (uint64_t i = g_tail; page && i < g_head; ++i)
+    if (Marker& m = g_ring[i % kMarkers]; m.behind && m.behind <= over) count_queued_marker(m, page);
+  if (uint64_t launches = page ? take_launches_no_longer_queued() : 0)
+    __atomic_fetch_add(&page->launches, launches, __ATOMIC_RELAXED);
   // A launch of this process may be waiting for its in-flight work to drop (policy slo, or a
   // filler's bound with no training job).
   if (progressed && __atomic_load_n(&daemon_slot->inflight_bound_ns, __ATOMIC_ACQUIRE))
@@ -238,6 +264,12 @@ void record_marker_before_collective(CUstream s, bool per_thread) noexcept {
   try_record(s, per_thread);
 }
 
+void record_marker_behind_collective(CUstream s, bool per_thread) noexcept {
+  if (!g_notes.nccl_since_marker.load(std::memory_order_relaxed)) return;  // one is there already
+  std::lock_guard<std::mutex> lock(g_marker_mutex);
+  try_record(s, per_thread, true);
+}
+
 void poll_markers_now() noexcept {
   std::unique_lock<std::mutex> lock(g_marker_mutex, std::try_to_lock);
   if (!lock.owns_lock()) return;
@@ -264,6 +296,7 @@ void progress_after_fork_child() noexcept {
   for (Marker& m : g_ring) m = Marker{};
   g_head = g_tail = 0;
   cost_samples_after_fork_child();
+  collective_waits_after_fork_child();
   g_notes.context.store(nullptr);
   g_notes.work_since_marker.store(false);
   g_notes.nccl_since_marker.store(false);

@@ -41,6 +41,11 @@ void record_marker_now(CUstream s, bool per_thread) noexcept;
 // stalled for seconds in 1 run of 4 to 6 of the realistic MPS workload).
 void record_marker_before_collective(CUstream s, bool per_thread) noexcept;
 
+// An NCCL marker behind the collective just issued on `s`, unless one is there already (an
+// event recorded behind it, that a stream may wait for: its end must be seen, which is when
+// the markers queued behind it count; collective_waits.h). Waits for the markers' lock.
+void record_marker_behind_collective(CUstream s, bool per_thread) noexcept;
+
 // Polls the completion markers now (a gated launch waiting for its in-flight work to drop,
 // policy slo): the progress thread would see them up to a tick later. Skipped when busy.
 void poll_markers_now() noexcept;

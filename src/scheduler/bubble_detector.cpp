@@ -12,6 +12,12 @@ uint64_t average(uint64_t mean, uint64_t samples_before, uint64_t value) {
 }
 }  // namespace
 
+void BubbleDetector::Kind::learn(uint64_t length) {
+  if (bubbles > 0) spread_ns = average(spread_ns, bubbles - 1, length > mean_ns ? length - mean_ns : mean_ns - length);
+  mean_ns = average(mean_ns, bubbles, length);
+  ++bubbles;
+}
+
 BubbleDetector::BubbleDetector(int quiet_samples_for_bubble)
     : quiet_needed_(quiet_samples_for_bubble < 1 ? 1 : quiet_samples_for_bubble) {}
 
@@ -33,6 +39,7 @@ void BubbleDetector::end_phase(uint64_t at_ns) {
       bubble_spread_ns_ = average(bubble_spread_ns_, bubbles_ - 1, off);
     }
     mean_bubble_ns_ = average(mean_bubble_ns_, bubbles_, length);
+    kinds_[in_collective_ ? 1 : 0].learn(at_ns > part_started_ns_ ? at_ns - part_started_ns_ : 0);
     if (length > longest_bubble_ns_) longest_bubble_ns_ = length;
     ++bubbles_;
   } else if (busy_measured_) {
@@ -47,6 +54,10 @@ void BubbleDetector::enter(GpuPhase next, uint64_t at_ns) {
   if (next == GpuPhase::busy) busy_measured_ = true;
   phase_ = next;
   phase_started_ns_ = at_ns;
+  if (next == GpuPhase::bubble) {
+    in_collective_ = communicating_;
+    part_started_ns_ = at_ns;
+  }
 }
 
 GpuPhase BubbleDetector::update(const TrainingSample& s) {
@@ -58,6 +69,8 @@ GpuPhase BubbleDetector::update(const TrainingSample& s) {
   }
   bool is_quiet = quiet(last_, s);
   last_ = s;
+  // A bubble's kind is the collectives' state at its first quiet sample (it is dated from it).
+  if (!is_quiet || quiet_run_ == 0) communicating_ = s.communicating;
   if (!is_quiet) {
     quiet_run_ = 0;
     if (phase_ == GpuPhase::bubble) enter(GpuPhase::busy, s.now_ns);
@@ -65,13 +78,19 @@ GpuPhase BubbleDetector::update(const TrainingSample& s) {
   }
   if (quiet_run_++ == 0) first_quiet_ns_ = s.now_ns;
   if (phase_ == GpuPhase::busy && quiet_run_ >= quiet_needed_) enter(GpuPhase::bubble, first_quiet_ns_);
+  if (phase_ == GpuPhase::bubble && in_collective_ && !s.communicating) {  // the collective is over
+    kinds_[1].learn(s.now_ns > part_started_ns_ ? s.now_ns - part_started_ns_ : 0);
+    in_collective_ = false;
+    part_started_ns_ = s.now_ns;
+  }
   return phase_;
 }
 
 uint64_t BubbleDetector::predicted_bubble_end_ns() const {
   if (phase_ != GpuPhase::bubble || bubbles_ == 0) return 0;
-  uint64_t margin = std::min(bubble_spread_ns_, mean_bubble_ns_ / 2);
-  return phase_started_ns_ + mean_bubble_ns_ - margin;
+  const Kind& k = kinds_[in_collective_ ? 1 : 0];
+  uint64_t mean = k.bubbles ? k.mean_ns : mean_bubble_ns_, spread = k.bubbles ? k.spread_ns : bubble_spread_ns_;
+  return part_started_ns_ + mean - std::min(spread, mean / 2);
 }
 
 }  // namespace tandem::scheduler

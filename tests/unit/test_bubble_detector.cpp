@@ -159,3 +159,61 @@ TEST_CASE("BubbleDetector: the start-up busy phase does not skew the busy mean")
   CHECK(tr.d.mean_busy_ns() == 2 * kMs);
   CHECK(tr.d.mean_bubble_ns() == 1 * kMs);
 }
+
+TEST_CASE("BubbleDetector: a collective's tail and a data-loading pause are predicted each by its kind") {
+  // Data parallelism: compute, the all-reduce's tail (the optimizer queued behind it), the
+  // optimizer, then data loading. Averaged together (4 and 20 ms), a data-loading bubble was
+  // predicted to end after about 7 ms.
+  Trainer tr;
+  auto iteration = [&](bool check_prediction) {
+    for (int i = 0; i < 5; ++i) tr.busy();
+    uint64_t t = tr.t;
+    tr.t += kMs;
+    tr.d.update({tr.t, tr.launches, tr.recorded, tr.completed, true});  // compute done, collective running
+    if (check_prediction) {
+      CHECK(tr.d.bubble_in_collective());
+      CHECK(tr.d.predicted_bubble_end_ns() == t + kMs + 4 * kMs);
+    }
+    for (int i = 1; i < 4; ++i) {
+      tr.t += kMs;
+      tr.d.update({tr.t, tr.launches, tr.recorded, tr.completed, true});
+    }
+    tr.busy();  // the optimizer
+    t = tr.t;
+    CHECK(tr.idle() == GpuPhase::bubble);  // data loading
+    if (check_prediction) {
+      CHECK_FALSE(tr.d.bubble_in_collective());
+      CHECK(tr.d.predicted_bubble_end_ns() == t + kMs + 20 * kMs);
+    }
+    for (int i = 1; i < 20; ++i) tr.idle();
+  };
+  for (int i = 0; i < 3; ++i) iteration(false);
+  iteration(true);
+  CHECK(tr.d.mean_bubble_ns() > 4 * kMs);  // the profile shown still averages every bubble
+  CHECK(tr.d.mean_bubble_ns() < 20 * kMs);
+}
+
+TEST_CASE("BubbleDetector: a bubble that goes on once its collective is over is one bubble, its rest predicted from then") {
+  // A collective with nothing queued behind it, then data loading: one quiet stretch. The
+  // fill policy sees one bubble (its ramp is not started again); the rest is predicted from
+  // the collective's end with the length learned for quiet without a collective.
+  Trainer tr;
+  auto quiet = [&](bool communicating) {
+    tr.t += kMs;
+    return tr.d.update({tr.t, tr.launches, tr.recorded, tr.completed, communicating});
+  };
+  for (int it = 0; it < 4; ++it) {
+    for (int i = 0; i < 5; ++i) tr.busy();
+    REQUIRE(quiet(true) == GpuPhase::bubble);
+    const uint64_t started = tr.d.phase_started_ns();
+    for (int i = 1; i < 4; ++i) quiet(true);  // 4 ms of the collective
+    REQUIRE(quiet(false) == GpuPhase::bubble);  // over: the same bubble goes on
+    CHECK(tr.d.phase_started_ns() == started);
+    CHECK_FALSE(tr.d.bubble_in_collective());
+    if (it == 3) CHECK(tr.d.predicted_bubble_end_ns() == tr.t + 20 * kMs);
+    for (int i = 1; i < 20; ++i) quiet(false);  // 20 ms in all after it
+  }
+  tr.busy();
+  CHECK(tr.d.bubbles() == 4);
+  CHECK(tr.d.mean_bubble_ns() == 24 * kMs);  // the bubbles as the policy saw them
+}

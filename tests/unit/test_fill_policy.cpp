@@ -200,6 +200,17 @@ TEST_CASE("FillPolicy: near the predicted bubble end only work that can finish b
   unknown.step(GpuPhase::bubble, false, end + kMs, 0, 0, fillers, grants);
   REQUIRE(grants.size() == 1);
   CHECK(grants[0].tokens_ns == 3 * kMsI);  // nothing learned yet: the plain bound
+  // Beside a collective (filling during it on): at least half the bound, whatever the
+  // prediction says; a collective's end is not predictable from the bubbles.
+  p.fill_during_comm = true;
+  FillPolicy beside(p);
+  beside.step(GpuPhase::bubble, true, end + kMs, 0, end, fillers, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 3 * kMsI / 2);
+  FillPolicy beside_far(p);
+  beside_far.step(GpuPhase::bubble, true, 2 * kMs, 0, end, fillers, grants);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].tokens_ns == 3 * kMsI);  // far from the end: the whole bound, as elsewhere
 }
 
 TEST_CASE("FillPolicy: a launch longer than the filler's share is granted whole when the bubble holds it") {

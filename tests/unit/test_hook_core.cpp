@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective_waits.h"
 #include "handle_map.h"
 #include "kernel_kind.h"
 #include "mps_share.h"
@@ -165,4 +166,42 @@ TEST_CASE("training and batch fillers ask MPS for below-normal priority; an oper
   CHECK(getenv("CUDA_MPS_CLIENT_PRIORITY") == nullptr);
   tandem::test::load_env({});
   g_role = role;
+}
+
+TEST_CASE("collective waits: a stream made to wait for an event behind a collective is behind it until it is over") {
+  // DDP's order: the all-reduce on NCCL's stream, an event recorded after it, the compute stream
+  // waiting for the event, the optimizer's kernels queued there (their markers then wait).
+  collective_waits_after_fork_child();  // a clean slate
+  auto stream = [](uintptr_t v) { return reinterpret_cast<CUstream>(v); };
+  auto event = [](uintptr_t v) { return reinterpret_cast<CUevent>(v); };
+  const CUstream nccl = stream(0x10), compute = stream(0x20), other = stream(0x30);
+  CHECK_FALSE(note_event_record(event(1), nccl, false));  // no collective yet
+  g_notes.nccl_stream.store(nccl);
+  g_notes.nccl_per_thread.store(false);
+  note_collective_issued();
+  REQUIRE(collectives_issued() == 1);
+  CHECK_FALSE(note_event_record(event(2), compute, false));  // not NCCL's stream
+  CHECK_FALSE(note_event_record(event(2), nccl, true));      // its per-thread twin is another stream
+  REQUIRE(note_event_record(event(3), nccl, false));
+  note_stream_wait(compute, event(2), false);  // an event of no collective
+  CHECK(collective_ahead_of(compute, false) == 0);
+  note_stream_wait(compute, event(3), false);
+  CHECK(collective_ahead_of(compute, false) == 1);
+  CHECK(collective_ahead_of(other, false) == 0);     // work elsewhere runs beside the collective
+  CHECK(collective_ahead_of(compute, true) == 0);
+  collectives_over_through(1);  // an NCCL marker behind it passed
+  CHECK(collective_ahead_of(compute, false) == 0);
+  CHECK(collectives_over() == 1);
+  collectives_over_through(0);  // never backwards
+  CHECK(collectives_over() == 1);
+  // A wait for a collective already over queues nothing behind it.
+  note_stream_wait(other, event(3), false);
+  CHECK(collective_ahead_of(other, false) == 0);
+  // The next collective: the same event recorded again after it.
+  note_collective_issued();
+  REQUIRE(note_event_record(event(3), nccl, false));
+  note_stream_wait(compute, event(3), false);
+  CHECK(collective_ahead_of(compute, false) == 2);
+  collective_waits_after_fork_child();
+  g_notes.nccl_stream.store(nullptr);
 }
