@@ -20,7 +20,8 @@ mkdir -p "$dir"
 # podman's default limits ask for more open files than a process without CAP_SYS_RESOURCE may
 # have (and podman caps its own process count at 32768, which its containers inherit), and crun
 # refuses a cgroup v1 host whose v2 hierarchy holds controllers: the limits this shell has, and
-# runc where crun cannot run a container.
+# runc where crun cannot run a container, or is not installed (podman's default is crun, and
+# with only runc installed every podman command fails on the configuration).
 conf=$dir/containers.conf
 export CONTAINERS_CONF=$conf
 nproc=$(ulimit -Hu); [ "$nproc" = unlimited ] || [ "$nproc" -gt 32768 ] && nproc=32768
@@ -28,7 +29,12 @@ write_conf() {
   printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n[engine]\nruntime = "%s"\n' \
     "$(ulimit -Sn)" "$(ulimit -Hn)" "$nproc" "$nproc" "$1" > "$conf"
 }
-[ -f "$conf" ] || write_conf crun
+installed_runtime() {
+  for runtime in crun runc; do command -v "$runtime" >/dev/null && { echo "$runtime"; return; }; done
+  echo crun  # none: podman says so
+}
+configured=$(sed -n 's/^runtime = "\(.*\)"$/\1/p' "$conf" 2>/dev/null || true)
+[ -n "$configured" ] && command -v "$configured" >/dev/null || write_conf "$(installed_runtime)"
 
 base=localhost/tandem-base:bookworm
 if ! podman image exists "$base"; then
