@@ -12,7 +12,7 @@ uint64_t average(uint64_t mean, uint64_t samples_before, uint64_t value) {
 }
 }  // namespace
 
-void BubbleDetector::Kind::learn(uint64_t length) {
+void BubbleDetector::Profile::learn(uint64_t length) {
   if (bubbles > 0) spread_ns = average(spread_ns, bubbles - 1, length > mean_ns ? length - mean_ns : mean_ns - length);
   mean_ns = average(mean_ns, bubbles, length);
   ++bubbles;
@@ -34,14 +34,9 @@ bool BubbleDetector::quiet(const TrainingSample& prev, const TrainingSample& s) 
 void BubbleDetector::end_phase(uint64_t at_ns) {
   uint64_t length = at_ns > phase_started_ns_ ? at_ns - phase_started_ns_ : 0;
   if (phase_ == GpuPhase::bubble) {
-    if (bubbles_ > 0) {
-      uint64_t off = length > mean_bubble_ns_ ? length - mean_bubble_ns_ : mean_bubble_ns_ - length;
-      bubble_spread_ns_ = average(bubble_spread_ns_, bubbles_ - 1, off);
-    }
-    mean_bubble_ns_ = average(mean_bubble_ns_, bubbles_, length);
-    kinds_[in_collective_ ? 1 : 0].learn(at_ns > part_started_ns_ ? at_ns - part_started_ns_ : 0);
+    all_.learn(length);
+    kinds_[in_collective_ ? 1 : 0].learn(part_length(at_ns));
     if (length > longest_bubble_ns_) longest_bubble_ns_ = length;
-    ++bubbles_;
   } else if (busy_measured_) {
     mean_busy_ns_ = average(mean_busy_ns_, busy_phases_, length);
     ++busy_phases_;
@@ -79,7 +74,7 @@ GpuPhase BubbleDetector::update(const TrainingSample& s) {
   if (quiet_run_++ == 0) first_quiet_ns_ = s.now_ns;
   if (phase_ == GpuPhase::busy && quiet_run_ >= quiet_needed_) enter(GpuPhase::bubble, first_quiet_ns_);
   if (phase_ == GpuPhase::bubble && in_collective_ && !s.communicating) {  // the collective is over
-    kinds_[1].learn(s.now_ns > part_started_ns_ ? s.now_ns - part_started_ns_ : 0);
+    kinds_[1].learn(part_length(s.now_ns));
     in_collective_ = false;
     part_started_ns_ = s.now_ns;
   }
@@ -87,10 +82,10 @@ GpuPhase BubbleDetector::update(const TrainingSample& s) {
 }
 
 uint64_t BubbleDetector::predicted_bubble_end_ns() const {
-  if (phase_ != GpuPhase::bubble || bubbles_ == 0) return 0;
-  const Kind& k = kinds_[in_collective_ ? 1 : 0];
-  uint64_t mean = k.bubbles ? k.mean_ns : mean_bubble_ns_, spread = k.bubbles ? k.spread_ns : bubble_spread_ns_;
-  return part_started_ns_ + mean - std::min(spread, mean / 2);
+  if (phase_ != GpuPhase::bubble || all_.bubbles == 0) return 0;
+  const Profile& kind = kinds_[in_collective_ ? 1 : 0];
+  const Profile& p = kind.bubbles ? kind : all_;
+  return part_started_ns_ + p.mean_ns - std::min(p.spread_ns, p.mean_ns / 2);
 }
 
 }  // namespace tandem::scheduler

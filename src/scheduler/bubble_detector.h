@@ -13,7 +13,7 @@
 // training's collectives are in flight (data parallelism's all-reduce, with the optimizer's
 // kernels queued behind it) is the tail of a collective, often far shorter than the
 // data-loading pause of the same iteration; averaged together, every data-loading pause
-// looked about to end halfway through, and fillers were granted nothing in its second half.
+// looked about to end long before it did, and fillers were granted nothing in the rest.
 // A bubble that began in a collective and goes on once it is over (nothing queued behind it)
 // is one bubble for the fill policy; its collective part and the rest are learned apart, and
 // the rest is predicted from the collective's end.
@@ -44,13 +44,13 @@ class BubbleDetector {
 
   // The learned iteration profile: exponential moving averages (weight 1/4 on the newest) over
   // completed phases. The partial busy phase before the first bubble is not counted.
-  uint64_t mean_bubble_ns() const { return mean_bubble_ns_; }
+  uint64_t mean_bubble_ns() const { return all_.mean_ns; }
   uint64_t mean_busy_ns() const { return mean_busy_ns_; }
   uint64_t longest_bubble_ns() const { return longest_bubble_ns_; }
   // How far bubbles stray from the mean: an exponential average of |length - mean| (weight 1/4).
-  uint64_t bubble_spread_ns() const { return bubble_spread_ns_; }
+  uint64_t bubble_spread_ns() const { return all_.spread_ns; }
   // Completed bubbles, i.e. those the profile has learned from.
-  uint64_t bubbles() const { return bubbles_; }
+  uint64_t bubbles() const { return all_.bubbles; }
   // Whether the current (or last) bubble is in its collective part.
   bool bubble_in_collective() const { return in_collective_; }
   // While in a bubble, when it will end at the earliest that is likely: the start of its
@@ -64,6 +64,7 @@ class BubbleDetector {
   static bool quiet(const TrainingSample& prev, const TrainingSample& s);
   void end_phase(uint64_t at_ns);
   void enter(GpuPhase next, uint64_t at_ns);
+  uint64_t part_length(uint64_t at_ns) const { return at_ns > part_started_ns_ ? at_ns - part_started_ns_ : 0; }
 
   int quiet_needed_;
   bool initialized_ = false;
@@ -73,13 +74,14 @@ class BubbleDetector {
   uint64_t first_quiet_ns_ = 0;
   GpuPhase phase_ = GpuPhase::busy;
   uint64_t phase_started_ns_ = 0;
-  uint64_t mean_bubble_ns_ = 0, mean_busy_ns_ = 0, longest_bubble_ns_ = 0, bubble_spread_ns_ = 0;
-  uint64_t bubbles_ = 0, busy_phases_ = 0;
-  struct Kind {
+  uint64_t mean_busy_ns_ = 0, longest_bubble_ns_ = 0, busy_phases_ = 0;
+  // Bubbles (or parts of them) learned: their mean length and spread, and how many.
+  struct Profile {
     uint64_t mean_ns = 0, spread_ns = 0, bubbles = 0;
     void learn(uint64_t length);
   };
-  Kind kinds_[2];  // [0]: quiet with no collective in flight, [1]: a collective's tail
+  Profile all_;       // whole bubbles, as the fill policy sees them
+  Profile kinds_[2];  // their parts: [0] quiet with no collective in flight, [1] a collective's tail
   bool in_collective_ = false;  // the current part's kind
   uint64_t part_started_ns_ = 0;
   bool communicating_ = false;  // the last sample's
