@@ -94,9 +94,10 @@ CUresult freed(CUresult r, CUdeviceptr dptr) noexcept {
 
 // The memory pool (TANDEM_MEM_POOL=1) serves plain and stream-ordered allocations; the
 // others (pitch, managed, pools of the application's own, VMM) always reach the driver.
-// A stream-ordered allocation inside a stream capture becomes a graph node: the driver's.
+// A stream-ordered allocation inside a stream capture becomes a graph node: the driver's. So
+// does one on another device than the pool's (its chunks are mapped for their device only).
 bool pooled(CUstream s, bool per_thread) noexcept {
-  if (!pool_serves()) return false;
+  if (!pool_serves() || !pool_device_current()) return false;
   if (s == nullptr && !per_thread) return true;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult r = per_thread ? g_real.cuStreamIsCapturing_ptsz(s, &status) : g_real.cuStreamIsCapturing(s, &status);

@@ -255,6 +255,7 @@ class DaemonBroker final : public memory::PoolBroker {
 std::mutex g_init_mutex;
 std::atomic<int> g_state{0};  // 0: not set up yet, 1: serving, -1: off
 ChunkPool* g_pool = nullptr;  // set once, never destroyed (frees may come during exit)
+CUdevice g_pool_device = 0;   // the device whose memory its chunks are (set with g_pool)
 uint64_t g_watermark = 0;  // TANDEM_MEM_WATERMARK in bytes, read at set-up
 
 void turn_off(const char* why) {
@@ -319,6 +320,7 @@ bool set_up() {
   const char* why = "";
   if (!pool->init(&why)) return turn_off(why), false;
   g_pool = pool;
+  g_pool_device = dev;
   g_state.store(1, std::memory_order_release);
   TANDEM_LOG_INFO("memory pool on: {} MiB chunks, {} GiB of addresses, {}", chunk >> 20, va >> 30,
                   broker.linked() ? "shared through tandemd" : "no tandemd yet (chunks stay local)");
@@ -337,6 +339,17 @@ bool pool_serves() noexcept {
   } catch (...) {
     return false;
   }
+}
+
+bool pool_device_current() noexcept {
+  CUdevice dev = -1;
+  if (g_real.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return false;  // no context: the driver answers
+  if (dev == g_pool_device) return true;
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true))
+    TANDEM_LOG_WARN("memory pool serves GPU {} only: allocations made while GPU {} is current go to the driver",
+                    g_pool_device, dev);
+  return false;
 }
 
 uint64_t pool_charge(uint64_t bytes) noexcept { return memory::RangeAllocator::rounded(bytes ? bytes : 1); }

@@ -11,6 +11,10 @@ namespace tandem::hook {
 // True when the pool serves this process (set up at the first pooled allocation; an
 // unsupported device or a bad setting turns it off for good, with the reason logged once).
 bool pool_serves() noexcept;
+// The pool's chunks are memory of the device current at its first pooled allocation, mapped for
+// that device alone: false while another device is current (that allocation goes to the driver;
+// logged once).
+bool pool_device_current() noexcept;
 // A pooled block of `bytes` (already charged to the quota), or 0.
 CUdeviceptr pool_allocate(uint64_t bytes) noexcept;
 bool pool_owns(CUdeviceptr ptr) noexcept;

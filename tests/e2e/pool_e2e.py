@@ -13,6 +13,8 @@ data).
              free size, and the next owner reads zeros
   restart    tandemd killed and restarted: a running process's pooled memory is intact and it
              keeps allocating
+  second-device  an allocation made with another GPU current than the pool's is that GPU's
+             memory, from the driver
   churn      40 non-blocking streams created and destroyed with the pre-4.0 cuStreamDestroy:
              the hook forgets them as with _v2, and a freed block still comes back by markers
   fastpath   a pooled allocation and free (64 KiB, 4 MiB) are never slower at the median than
@@ -20,7 +22,7 @@ data).
   wake       a training process whose progress thread ticks once a second gives its idle chunks
              back at once when tandemd lowers its quota (tandemd wakes it), three times over
 
-usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|markers|churn|pollution|crash|restart|wake|fastpath
+usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|second-device|markers|churn|pollution|crash|restart|wake|fastpath
 """
 import json
 import os
@@ -73,6 +75,15 @@ def pool_of(env):
 def case_self(env, image):
     out = done(probe(env, image, "self", 8))
     print(out.strip())
+
+
+def case_second_device(env, image):
+    """Two GPUs in one process: the pool is GPU 0's (its chunks are mapped for GPU 0 alone), so
+    an allocation made while GPU 1 is current is GPU 1's memory from the driver."""
+    out = done(probe(env, image, "second-device", 8, SIMGPU_DEVICES="2", SIMGPU_MEM_SHARED="1"))
+    print(out.strip())
+    pool = probe_pool_stats(env)
+    check(pool.get("chunks_created", 0) >= 1, f"the pool served GPU 0's allocation ({pool})")
 
 
 def case_markers(env, image):
@@ -204,7 +215,7 @@ def case_wake(env, image):
 def main():
     build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
     env = Env(build)
-    {"self": case_self, "markers": case_markers, "churn": case_churn, "pollution": case_pollution, "crash": case_crash, "restart": case_restart,
+    {"self": case_self, "second-device": case_second_device, "markers": case_markers, "churn": case_churn, "pollution": case_pollution, "crash": case_crash, "restart": case_restart,
      "wake": case_wake, "fastpath": case_fastpath}[case](env, image)
 
 
