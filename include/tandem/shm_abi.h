@@ -159,7 +159,8 @@ struct tandem_client_page {
   uint32_t request_blocks; /* the most thread blocks one kernel of its last request had (its width:
                               at one block per SM, the SMs it spreads over); 0: none seen (only
                               graph replays, or no request yet) */
-  uint32_t reserved32;
+  uint32_t inflight_fail_opens; /* gated launches let through because no completion marker could
+                                   cover the work counted in flight (its estimate could not fall) */
   uint8_t reserved[56];
 };
 

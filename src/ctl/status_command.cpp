@@ -64,6 +64,11 @@ int status_command(const std::string& socket_path, bool json) {
                  s["nccl_launches"].get<unsigned long long>(), static_cast<double>(s["tokens_ns"].get<long long>()) / 1e3,
                  static_cast<double>(s["granted_ns"].get<unsigned long long>()) / 1e6,
                  s["gate_waits"].get<unsigned long long>(), s["gate_wait_ms"].get<double>());
+    // Launches let through because no completion marker could cover their process's work.
+    for (const auto& s : g["slots"])
+      if (s.value("inflight_fail_opens", 0u))
+        print_line("  pid %d: %u launches failed open: no completion marker covered its work in flight",
+                   s["pid"].get<int>(), s.value("inflight_fail_opens", 0u));
     // Colocations the admission checks refuse, and fillers that wait for a longer bubble.
     if (g.contains("admission_refused") && g["admission_refused"].is_array())
       for (const auto& why : g["admission_refused"])

@@ -220,6 +220,7 @@ std::string Server::status_json() const {
                        {"gate", s.gate == TANDEM_GATE_OPEN ? "open" : "tokens"}, {"gate_waits", c.gate_waits},
                        {"gate_wait_ms", static_cast<double>(c.gate_wait_ns) / 1e6},
                        {"gate_want_ms", c.gate_want_us / 1e3},
+                       {"inflight_fail_opens", c.inflight_fail_opens},
                        {"requests", c.requests}, {"request_ms", static_cast<double>(c.request_ns) / 1e6},
                        {"request_blocks", c.request_blocks},
                        {"admission_waits", c.admission_waits}, {"peak_mib", static_cast<double>(c.peak_bytes) / 1048576.0},

@@ -6,6 +6,7 @@
 
 #include "counters.h"
 #include "futex.h"
+#include "log.h"
 #include "progress.h"
 #include "settings.h"
 
@@ -67,7 +68,35 @@ const tandem_slot* slot_after_first_link() noexcept {
   return current_slot();
 }
 
-void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns) noexcept {
+namespace {
+// Since when this process's in-flight estimate has stood above its completions with no marker
+// pending that could lower it (0: it has one). Process-wide: once a wait has failed open on
+// it, the next waits do at once until a marker is pending again.
+std::atomic<uint64_t> g_uncovered_since{0};
+std::atomic<bool> g_uncovered_logged{false};
+
+// True when the wait must end because the in-flight estimate cannot fall: work is counted in
+// flight, no marker stands behind it, none could be recorded, for TANDEM_FAIL_OPEN_MS. A marker
+// is recorded behind `s` (this thread's own stream) when none is pending: the progress thread
+// cannot name another thread's per-thread default stream.
+bool estimate_stuck(tandem_client_page* page, CUstream s, bool per_thread, uint64_t now, uint64_t bound_ns) noexcept {
+  if (!queue_over(page, 1) || completion_in_sight(s, per_thread)) {
+    g_uncovered_since.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  uint64_t since = g_uncovered_since.load(std::memory_order_relaxed);
+  if (!since) g_uncovered_since.compare_exchange_strong(since, now, std::memory_order_relaxed);
+  if (since && now - since >= bound_ns) {
+    if (!g_uncovered_logged.exchange(true))
+      TANDEM_LOG_WARN("launches waited {} ms for in-flight work that no completion marker covers; failing open "
+                      "(tandemctl status: inflight_fail_opens)", bound_ns / 1000000);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns, CUstream s, bool per_thread) noexcept {
   const uint64_t period_ns = setting_ns(SettingId::TANDEM_SAMPLE_US);
   const uint64_t stale_ns = setting_ns(SettingId::TANDEM_FAIL_OPEN_MS);
   const tandem_shm_header* shm = g_shm.load(std::memory_order_acquire);
@@ -108,6 +137,13 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
     }
     uint32_t wake = __atomic_load_n(&slot->wake, __ATOMIC_ACQUIRE);
     if (!full && balance(slot, page) >= need) continue;
+    // Both waits end on completions: the bound's, and the daemon's grants (it counts a filler's
+    // work in flight). One that no marker covers would keep either shut for good.
+    if (estimate_stuck(page, s, per_thread, now, stale_ns)) {
+      __atomic_fetch_add(&page->inflight_fail_opens, 1, __ATOMIC_RELAXED);
+      count(gate_counters().inflight_fail_open);
+      break;
+    }
     if (full) {
       // Completions are what this wait is for: look for them now and then often, rather than
       // a progress tick later (each look is an event query per marker passed). The progress

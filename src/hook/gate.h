@@ -17,7 +17,9 @@ namespace tandem::hook {
 // elsewhere, so its NCCL kernels may be gated like compute.
 extern bool g_job_local;
 
-void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns) noexcept;
+// Waits until the launch of `cost_ns` on stream `s` may start (`s` and `per_thread` name the
+// stream a marker can be put on: the waiting thread's own).
+void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_ns, CUstream s, bool per_thread) noexcept;
 
 // An online request open now holds this process's gated launches (policy slo: within its
 // floor, not a busy server's; policy fill: any, for a batch filler; gate.cpp).
@@ -40,14 +42,14 @@ inline bool queue_full(const tandem_slot* slot, const tandem_client_page* page) 
 // in the milliseconds registration takes. Returns the slot, or null (no daemon: fail open).
 const tandem_slot* slot_after_first_link() noexcept;
 
-inline void gate_take(uint64_t cost_ns) noexcept {
+inline void gate_take(uint64_t cost_ns, CUstream s, bool per_thread) noexcept {
   const tandem_slot* slot = current_slot();
   if (!slot && g_role == TANDEM_ROLE_BATCH_INFERENCE && g_link_attempts.load(std::memory_order_relaxed) == 0)
     slot = slot_after_first_link();
   if (!slot) return;  // not registered, or the daemon is gone: fail open
   tandem_client_page* page = current_page();  // set before the slot
   if (__atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) != TANDEM_GATE_OPEN || queue_full(slot, page))
-    gate_wait(slot, page, cost_ns);
+    gate_wait(slot, page, cost_ns, s, per_thread);
   __atomic_fetch_add(&page->issued_ns, cost_ns, __ATOMIC_RELAXED);
 }
 

@@ -59,7 +59,7 @@ inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, 
     CUcontext ctx = nullptr;
     if (g_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) g_notes.context.store(ctx, std::memory_order_release);
   }
-  if (gated) gate_take(cost);
+  if (gated) gate_take(cost, s, per_thread);
   if (g_role == TANDEM_ROLE_INFERENCE) {
     request_launch();
   } else if (g_role == TANDEM_ROLE_TRAINING && kind == KernelKind::nccl &&
@@ -86,6 +86,7 @@ inline void after_managed_launch(KernelKind kind, CUstream s, bool per_thread, u
     g_notes.last_stream.store(s, std::memory_order_relaxed);
     g_notes.last_per_thread.store(per_thread, std::memory_order_relaxed);
     g_notes.work_since_marker.store(true, std::memory_order_relaxed);
+    record_marker_if_wanted(s, per_thread);  // the tick's marker, where only this thread can put it
   }
 }
 

@@ -130,9 +130,14 @@ void count_queued_marker(Marker& m, tandem_client_page* page) {
 }
 
 // A marker behind the last launch on `s`, from the progress thread. Another thread's
-// per-thread default stream cannot be named from here: then nothing is recorded.
+// per-thread default stream cannot be named from here: the next launch to such a stream
+// records it (record_marker_if_wanted), and a gated launch waiting for its in-flight work
+// records one itself (completion_in_sight).
 void record_from_progress_thread(CUstream s, bool per_thread, bool nccl) {
-  if (per_thread && (s == nullptr || s == CU_STREAM_PER_THREAD)) return;
+  if (thread_own_stream(s, per_thread)) {
+    if (!nccl) g_notes.own_stream_marker_wanted.store(true, std::memory_order_relaxed);
+    return;
+  }
   std::lock_guard<std::mutex> lock(g_marker_mutex);
   try_record(s, per_thread, nccl);
 }
@@ -259,6 +264,20 @@ void record_marker_now(CUstream s, bool per_thread) noexcept {
   if (lock.owns_lock()) try_record(s, per_thread);
 }
 
+void record_wanted_marker(CUstream s, bool per_thread) noexcept {
+  if (g_notes.own_stream_marker_wanted.exchange(false, std::memory_order_relaxed)) record_marker_now(s, per_thread);
+}
+
+bool completion_in_sight(CUstream s, bool per_thread) noexcept {
+  std::unique_lock<std::mutex> lock(g_marker_mutex, std::try_to_lock);
+  if (!lock.owns_lock()) return true;  // the progress thread is recording or polling them now
+  const tandem_client_page* page = current_slot() ? current_page() : nullptr;
+  for (uint64_t i = g_tail; i < g_head; ++i)
+    if (const Marker& m = g_ring[i % kMarkers]; !m.nccl && m.page == page) return true;
+  RelaxedCaptureScope relaxed;
+  return try_record(green_op_stream(s, per_thread), per_thread);
+}
+
 void record_marker_before_collective(CUstream s, bool per_thread) noexcept {
   std::lock_guard<std::mutex> lock(g_marker_mutex);
   try_record(s, per_thread);
@@ -300,6 +319,7 @@ void progress_after_fork_child() noexcept {
   g_notes.context.store(nullptr);
   g_notes.work_since_marker.store(false);
   g_notes.nccl_since_marker.store(false);
+  g_notes.own_stream_marker_wanted.store(false);
   g_thread_started.store(false);
   g_in_turn.store(false);  // the parent's thread may have been in a turn at the fork
 }

@@ -21,10 +21,37 @@ struct ProgressNotes {
   std::atomic<CUstream> nccl_stream{nullptr};  // where the last NCCL kernel went
   std::atomic<bool> nccl_per_thread{false};
   std::atomic<bool> nccl_since_marker{false};  // NCCL kernels not yet covered by an NCCL marker
+  // Set by the progress thread when the last launch went to a thread's own stream (which it
+  // cannot name): the next launch to such a stream records the tick's marker instead.
+  std::atomic<bool> own_stream_marker_wanted{false};
   std::atomic<CUcontext> context{nullptr};     // published by the first launch
 };
 extern ProgressNotes g_notes;
 extern uint32_t g_role;  // TANDEM_ROLE_*, fixed at bootstrap
+
+// A per-thread default stream, implicit (a null stream through a _ptsz entry) or the explicit
+// CU_STREAM_PER_THREAD handle, is the calling thread's own: only that thread can put a marker
+// behind its work (recorded from the progress thread, the marker lands on the progress
+// thread's own stream and completes at once).
+inline bool thread_own_stream(CUstream s, bool per_thread) noexcept {
+  return s == CU_STREAM_PER_THREAD || (per_thread && !s);
+}
+
+// Launch path, after a launch to `s`: records the progress tick's marker when the progress
+// thread asked for one it could not record (own_stream_marker_wanted). One relaxed load when
+// nothing is wanted.
+void record_wanted_marker(CUstream s, bool per_thread) noexcept;
+inline void record_marker_if_wanted(CUstream s, bool per_thread) noexcept {
+  if (__builtin_expect(g_notes.own_stream_marker_wanted.load(std::memory_order_relaxed), 0) &&
+      thread_own_stream(s, per_thread))
+    record_wanted_marker(s, per_thread);
+}
+
+// A gated launch that waits for its in-flight work to fall, from its own thread: true when a
+// marker is pending (its completion will lower the estimate). Otherwise the estimate covers
+// work no marker stands behind (a stream only another thread could name, a skipped record):
+// it records one behind `s` and says whether it could.
+bool completion_in_sight(CUstream s, bool per_thread) noexcept;
 
 // Starts the progress thread once per process (bootstrap, and a forked child's first call).
 void start_progress_thread() noexcept;

@@ -58,6 +58,8 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
   v.tokens_taken_ns = b.counter(p.tokens_taken_ns, raw.tokens_taken_ns, B::kWorkNsPerPeriod, "tokens_taken_ns");
   v.gate_waits = b.counter(p.gate_waits, raw.gate_waits, B::kLaunchesPerPeriod, "gate_waits");
   v.gate_wait_ns = b.counter(p.gate_wait_ns, raw.gate_wait_ns, B::kWorkNsPerPeriod, "gate_wait_ns");
+  v.inflight_fail_opens = static_cast<uint32_t>(
+      b.counter(p.inflight_fail_opens, raw.inflight_fail_opens, B::kLaunchesPerPeriod, "inflight_fail_opens"));
   v.requests = b.counter(p.requests, raw.requests, B::kLaunchesPerPeriod, "requests");
   v.admission_waits = b.counter(p.admission_waits, raw.admission_waits, B::kLaunchesPerPeriod, "admission_waits");
   v.admission_wait_ns = b.counter(p.admission_wait_ns, raw.admission_wait_ns, B::kWorkNsPerPeriod, "admission_wait_ns");
