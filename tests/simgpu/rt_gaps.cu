@@ -68,6 +68,56 @@ static void from_hex(const char* s, void* p, size_t n) {
   }
 }
 
+// A graph captured around cudaMallocAsync / cudaFreeAsync replays (it crashed in run_copy: the
+// capture's free unmapped the memory the graph's copies use), and a graph whose memory the
+// program freed is refused at launch instead of crashing.
+static void check_graph_alloc() {
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t n = 1 << 16;
+  std::vector<unsigned char> in(n), out(n);
+  cudaGraph_t g;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  void* d = nullptr;
+  CHECK(cudaMallocAsync(&d, n, s));
+  CHECK(cudaMemcpyAsync(d, in.data(), n, cudaMemcpyHostToDevice, s));
+  CHECK(cudaMemsetAsync(d, 0x5a, 16, s));
+  CHECK(cudaMemcpyAsync(out.data(), d, n, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaFreeAsync(d, s));
+  CHECK(cudaStreamEndCapture(s, &g));
+  size_t nodes = 0;
+  CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+  EXPECT(nodes == 5);  // alloc, copy, memset, copy, free
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  for (int round = 1; round <= 2; ++round) {
+    std::memset(in.data(), round, n);
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(out[0] == 0x5a && out[15] == 0x5a && out[16] == round && out[n - 1] == round);
+  }
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+
+  // A free of memory not allocated by the graph cannot be captured (cuda.h).
+  void* plain = nullptr;
+  CHECK(cudaMalloc(&plain, n));
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  EXPECT(cudaFreeAsync(plain, s) != cudaSuccess);
+  cudaStreamEndCapture(s, &g);
+  cudaGetLastError();
+  if (g) cudaGraphDestroy(g);
+
+  // Captured copies into memory the program then frees: the launch fails, nothing crashes.
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMemcpyAsync(plain, in.data(), n, cudaMemcpyHostToDevice, s));
+  CHECK(cudaStreamEndCapture(s, &g));
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CHECK(cudaFree(plain));
+  EXPECT(cudaGraphLaunch(exec, s) != cudaSuccess);
+  std::printf("graph_alloc: replayed twice, freed memory refused\n");
+}
+
 static void check_profiler() {
   CHECK(cudaFree(nullptr));
   CHECK(cudaProfilerStart());
@@ -98,12 +148,166 @@ static void check_attach() {
   std::printf("attach: accepted and checked\n");
 }
 
+static void set_byte(void* p) { *static_cast<unsigned char*>(p) = 0xcd; }
+
+static void check_graph_nodes() {
+  const size_t w = 64, h = 4, n = 4096;
+  unsigned char* d = nullptr;
+  size_t pitch = 0;
+  CHECK(cudaMallocPitch(reinterpret_cast<void**>(&d), &pitch, w, h));
+  std::vector<unsigned char> host(pitch * h, 0), back(n, 0);
+  unsigned char flag = 0;
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaGraphNode_t zero, set, copy, hostn, alloc, fill, out, freen;
+  CHECK(cudaGraphAddMemcpyNode1D(&zero, g, nullptr, 0, d, host.data(), pitch * h, cudaMemcpyHostToDevice));
+  cudaMemsetParams ms{};
+  ms.dst = d, ms.pitch = pitch, ms.value = 0x11, ms.elementSize = 1, ms.width = w / 2, ms.height = h;
+  CHECK(cudaGraphAddMemsetNode(&set, g, &zero, 1, &ms));
+  cudaMemcpy3DParms cp{};
+  cp.srcPtr = make_cudaPitchedPtr(d, pitch, w, h);
+  cp.dstPtr = make_cudaPitchedPtr(back.data(), w, w, h);
+  cp.extent = make_cudaExtent(w, h, 1);
+  cp.kind = cudaMemcpyDeviceToHost;
+  CHECK(cudaGraphAddMemcpyNode(&copy, g, &set, 1, &cp));
+  cudaHostNodeParams hp{set_byte, &flag};
+  CHECK(cudaGraphAddHostNode(&hostn, g, &copy, 1, &hp));
+  // Graph memory: allocated by the graph, filled, copied out, freed by the graph.
+  cudaMemAllocNodeParams ap{};
+  ap.poolProps.allocType = cudaMemAllocationTypePinned;
+  ap.poolProps.location.type = cudaMemLocationTypeDevice;
+  ap.poolProps.location.id = 0;
+  ap.bytesize = n;
+  CHECK(cudaGraphAddMemAllocNode(&alloc, g, &hostn, 1, &ap));
+  EXPECT(ap.dptr != nullptr);
+  cudaMemsetParams fs{};
+  fs.dst = ap.dptr, fs.value = 0x22222222, fs.elementSize = 4, fs.width = n / 4, fs.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&fill, g, &alloc, 1, &fs));
+  std::vector<unsigned char> pool_back(n, 0);
+  CHECK(cudaGraphAddMemcpyNode1D(&out, g, &fill, 1, pool_back.data(), ap.dptr, n, cudaMemcpyDeviceToHost));
+  CHECK(cudaGraphAddMemFreeNode(&freen, g, &out, 1, ap.dptr));
+  // Conditional nodes: the handle's default value picks the body (kernels do not set it here).
+  std::vector<unsigned char> cond_back(8, 0);
+  unsigned char* c = nullptr;
+  CHECK(cudaMalloc(&c, 8));
+  CHECK(cudaMemset(c, 0, 8));
+  cudaGraphConditionalHandle on, off;
+  CHECK(cudaGraphConditionalHandleCreate(&on, g, 1, cudaGraphCondAssignDefault));
+  CHECK(cudaGraphConditionalHandleCreate(&off, g, 0, cudaGraphCondAssignDefault));
+  cudaGraphNode_t if_on, if_off;
+  cudaGraphNodeParams cparams{};
+  cparams.type = cudaGraphNodeTypeConditional;
+  cparams.conditional.handle = on;
+  cparams.conditional.type = cudaGraphCondTypeIf;
+  cparams.conditional.size = 1;
+  CHECK(cudaGraphAddNode(&if_on, g, &freen, nullptr, 1, &cparams));
+  cudaGraph_t body_on = cparams.conditional.phGraph_out[0];
+  cudaGraphNode_t b;
+  cudaMemsetParams bs{};
+  bs.dst = c, bs.value = 0x33, bs.elementSize = 1, bs.width = 4, bs.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&b, body_on, nullptr, 0, &bs));
+  cparams.conditional.handle = off;
+  CHECK(cudaGraphAddNode(&if_off, g, &if_on, nullptr, 1, &cparams));
+  bs.dst = c + 4, bs.value = 0x44;
+  CHECK(cudaGraphAddMemsetNode(&b, cparams.conditional.phGraph_out[0], nullptr, 0, &bs));
+  cudaGraphNode_t last;
+  CHECK(cudaGraphAddMemcpyNode1D(&last, g, &if_off, 1, cond_back.data(), c, 8, cudaMemcpyDeviceToHost));
+
+  // The clone runs the same bytes; the original still exists beside it.
+  cudaGraph_t clone;
+  CHECK(cudaGraphClone(&clone, g));
+  cudaGraphNode_t set_in_clone;
+  CHECK(cudaGraphNodeFindInClone(&set_in_clone, set, clone));
+  cudaMemsetParams read{};
+  CHECK(cudaGraphMemsetNodeGetParams(set_in_clone, &read));
+  EXPECT(read.value == 0x11 && read.width == w / 2);
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, clone, 0));
+  CHECK(cudaGraphLaunch(exec, 0));
+  CHECK(cudaStreamSynchronize(0));
+  for (size_t y = 0; y < h; ++y)
+    EXPECT(back[y * w] == 0x11 && back[y * w + w / 2 - 1] == 0x11 && back[y * w + w / 2] == 0);
+  EXPECT(flag == 0xcd);
+  EXPECT(pool_back[0] == 0x22 && pool_back[n - 1] == 0x22);
+  EXPECT(cond_back[0] == 0x33 && cond_back[3] == 0x33 && cond_back[4] == 0);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(clone));
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  std::fill(pool_back.begin(), pool_back.end(), 0);
+  CHECK(cudaGraphLaunch(exec, 0));
+  CHECK(cudaStreamSynchronize(0));
+  EXPECT(pool_back[n - 1] == 0x22);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  std::printf("graph_nodes: memcpy, memset, host, memory, conditional nodes and a clone ran\n");
+}
+
+static void check_arrays() {
+  const size_t w = 32, h = 8;
+  cudaChannelFormatDesc fmt = cudaCreateChannelDesc<float>();
+  cudaArray_t a;
+  CHECK(cudaMallocArray(&a, &fmt, w, h));
+  cudaChannelFormatDesc got{};
+  cudaExtent ext{};
+  unsigned flags = 0;
+  CHECK(cudaArrayGetInfo(&got, &ext, &flags, a));
+  EXPECT(got.x == 32 && got.f == cudaChannelFormatKindFloat && ext.width == w && ext.height == h);
+  std::vector<float> src(w * h), dst(w * h, 0.f);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = float(i);
+  CHECK(cudaMemcpy2DToArray(a, 0, 0, src.data(), w * sizeof(float), w * sizeof(float), h, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy2DFromArray(dst.data(), w * sizeof(float), a, 0, 0, w * sizeof(float), h, cudaMemcpyDeviceToHost));
+  EXPECT(std::memcmp(src.data(), dst.data(), src.size() * sizeof(float)) == 0);
+  // Through device memory, and at an offset of (column 4, row 2).
+  float* d = nullptr;
+  CHECK(cudaMalloc(&d, w * h * sizeof(float)));
+  CHECK(cudaMemcpy2DFromArray(d, w * sizeof(float), a, 4 * sizeof(float), 2, 8 * sizeof(float), 3,
+                              cudaMemcpyDeviceToDevice));
+  std::vector<float> part(w * h, -1.f);
+  CHECK(cudaMemcpy(part.data(), d, w * h * sizeof(float), cudaMemcpyDeviceToHost));
+  EXPECT(part[0] == src[2 * w + 4] && part[w + 7] == src[3 * w + 11]);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  float seven[4] = {7, 7, 7, 7};
+  CHECK(cudaMemcpyToArray(a, 0, 1, seven, sizeof seven, cudaMemcpyHostToDevice));
+#pragma GCC diagnostic pop
+  CHECK(cudaMemcpy2DFromArray(dst.data(), w * sizeof(float), a, 0, 0, w * sizeof(float), h, cudaMemcpyDeviceToHost));
+  EXPECT(dst[w] == 7.f && dst[w + 3] == 7.f && dst[w + 4] == src[w + 4]);
+  // Out of the array: refused.
+  EXPECT(cudaMemcpy2DToArray(a, 0, h, src.data(), w * sizeof(float), w * sizeof(float), 1, cudaMemcpyHostToDevice) !=
+         cudaSuccess);
+  cudaGetLastError();
+  CHECK(cudaFreeArray(a));
+  // A 3D array through cudaMemcpy3D.
+  cudaArray_t a3;
+  CHECK(cudaMalloc3DArray(&a3, &fmt, make_cudaExtent(4, 3, 2)));
+  std::vector<float> s3(24), d3(24, 0.f);
+  for (int i = 0; i < 24; ++i) s3[i] = float(100 + i);
+  cudaMemcpy3DParms p{};
+  p.srcPtr = make_cudaPitchedPtr(s3.data(), 4 * sizeof(float), 4, 3);
+  p.dstArray = a3;
+  p.extent = make_cudaExtent(4, 3, 2);
+  p.kind = cudaMemcpyHostToDevice;
+  CHECK(cudaMemcpy3D(&p));
+  cudaMemcpy3DParms q{};
+  q.srcArray = a3;
+  q.dstPtr = make_cudaPitchedPtr(d3.data(), 4 * sizeof(float), 4, 3);
+  q.extent = make_cudaExtent(4, 3, 2);
+  q.kind = cudaMemcpyDeviceToHost;
+  CHECK(cudaMemcpy3D(&q));
+  EXPECT(std::memcmp(s3.data(), d3.data(), sizeof(float) * 24) == 0);
+  CHECK(cudaFreeArray(a3));
+  std::printf("arrays: 2D, offset, legacy and 3D copies moved the bytes\n");
+}
+
 int main(int argc, char** argv) {
   g_self = argv[0];
   if (argc < 2) return 2;
   std::string check = argv[1];
-  if (check == "profiler") check_profiler();
+  if (check == "graph_alloc") check_graph_alloc();
+  else if (check == "profiler") check_profiler();
   else if (check == "attach") check_attach();
+  else if (check == "graph_nodes") check_graph_nodes();
+  else if (check == "arrays") check_arrays();
   else return 2;
   return 0;
 }
