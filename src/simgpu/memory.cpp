@@ -52,10 +52,15 @@ CUresult allocate(CUdeviceptr* p, size_t bytes, const char* api) {
 
 CUresult release(CUdeviceptr p) {
   if (p == 0) return CUDA_SUCCESS;
+  // Another process's pool memory imported here (cuMemPoolImportPointer) is freed by unmapping
+  // it (ipc.cpp); the exporter's allocation is unaffected.
+  CUdeviceptr imported = 0;
+  if (imported_range(p, &imported, nullptr)) return imported == p ? close_shared(p) : CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_allocs->find(p);
   if (it == g_allocs->end()) return CUDA_ERROR_INVALID_VALUE;
   munmap(reinterpret_cast<void*>(p), it->second);
+  forget_shared_allocation(p);  // ipc.cpp: an exported allocation's memfd
   forget_communicators(p, it->second);  // collectives.cpp
   g_used -= it->second;
   if (auto d = g_alloc_device->find(p); d != g_alloc_device->end()) {
@@ -133,7 +138,8 @@ bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes) {
       return true;
     }
   }
-  return mapping_of(p, base, bytes);  // cuMemMap'ed memory (vmm.cpp)
+  // cuMemMap'ed memory (vmm.cpp), another process's memory opened through IPC (ipc.cpp).
+  return mapping_of(p, base, bytes) || imported_range(p, base, bytes);
 }
 
 bool valid_device_range(CUdeviceptr p, size_t bytes) {
@@ -323,12 +329,5 @@ SIM_API CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute* attrs, 
       std::memset(data[i], 0, width);
     }
   }
-  return CUDA_SUCCESS;
-}
-
-SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
-  if (!pool || !valid_device(dev)) return CUDA_ERROR_INVALID_VALUE;
-  static int dummy;
-  *pool = reinterpret_cast<CUmemoryPool>(&dummy);
   return CUDA_SUCCESS;
 }

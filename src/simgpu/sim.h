@@ -378,6 +378,20 @@ CUresult release_device(CUdeviceptr p);
 CUdeviceptr allocate_untracked(size_t bytes);
 // The allocation holding p (base and size), if any: cuMemAlloc'ed or cuMemMap'ed.
 bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);
+// ---- memory shared between processes (ipc.cpp) ----
+// Makes the cuMemAlloc'ed allocation holding p shareable (a memfd mapped over it, once) and
+// gives its base, fd and size; CUDA_ERROR_INVALID_VALUE for memory that is not cuMemAlloc's.
+CUresult share_allocation(CUdeviceptr p, CUdeviceptr* base, int* fd, size_t* size);
+// Maps another process's shared allocation (its pid and fd); counted, closed by close_shared.
+CUresult open_shared(int32_t pid, int32_t fd, size_t size, CUdeviceptr* out);
+CUresult close_shared(CUdeviceptr p);
+// Whether the allocation at base is a shared mapping (exported or imported): zeroing must punch
+// holes in its memfd, not drop private pages. An exported allocation being freed closes its fd.
+bool shared_allocation(CUdeviceptr base);
+void forget_shared_allocation(CUdeviceptr base);
+// The imported mapping holding p, if any (device memory of this process too).
+bool imported_range(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);
+
 // ---- pitched and array copies (pitched_copies.cpp, arrays.cpp) ----
 // The Op of a cuMemcpy3D (a 2D copy is one of depth 1) with its operands resolved (host,
 // device, unified or array memory) and offsets and pitches applied; CUDA_ERROR_INVALID_VALUE

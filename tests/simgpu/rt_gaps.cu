@@ -299,15 +299,132 @@ static void check_arrays() {
   std::printf("arrays: 2D, offset, legacy and 3D copies moved the bytes\n");
 }
 
+// Legacy IPC: another process opens the handle, reads the parent's bytes and writes its own.
+static void check_ipc() {
+  const size_t n = 1 << 20;
+  unsigned char* d = nullptr;
+  CHECK(cudaMalloc(&d, n));
+  CHECK(cudaMemset(d, 0xab, n));
+  cudaIpcMemHandle_t h;
+  CHECK(cudaIpcGetMemHandle(&h, d));
+  void* self = nullptr;
+  EXPECT(cudaIpcOpenMemHandle(&self, h, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess);  // not in its own process
+  cudaGetLastError();
+  cudaEvent_t e;
+  CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventInterprocess));
+  cudaIpcEventHandle_t eh;
+  CHECK(cudaIpcGetEventHandle(&eh, e));
+  cudaEvent_t timed;
+  CHECK(cudaEventCreate(&timed));
+  EXPECT(cudaIpcGetEventHandle(&eh, timed) == cudaErrorInvalidValue);
+  cudaGetLastError();
+  CHECK(cudaIpcGetEventHandle(&eh, e));
+  EXPECT(run_child({"ipc_child", to_hex(&h, sizeof h), to_hex(&eh, sizeof eh)}) == 0);
+  unsigned char back[2];
+  CHECK(cudaMemcpy(back, d + n - 2, 2, cudaMemcpyDeviceToHost));
+  EXPECT(back[0] == 0xcd && back[1] == 0xcd);
+  CHECK(cudaMemcpy(back, d, 1, cudaMemcpyDeviceToHost));
+  EXPECT(back[0] == 0xab);
+  CHECK(cudaFree(d));
+  std::printf("ipc: another process read and wrote the allocation\n");
+}
+static int ipc_child(const char* mem, const char* event) {
+  cudaIpcMemHandle_t h;
+  from_hex(mem, &h, sizeof h);
+  unsigned char* p = nullptr;
+  CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&p), h, cudaIpcMemLazyEnablePeerAccess));
+  unsigned char first = 0;
+  CHECK(cudaMemcpy(&first, p, 1, cudaMemcpyDeviceToHost));
+  EXPECT(first == 0xab);
+  CHECK(cudaMemset(p + (1 << 20) - 2, 0xcd, 2));
+  cudaIpcEventHandle_t eh;
+  from_hex(event, &eh, sizeof eh);
+  cudaEvent_t e;
+  CHECK(cudaIpcOpenEventHandle(&e, eh));
+  CHECK(cudaEventSynchronize(e));
+  CHECK(cudaIpcCloseMemHandle(p));
+  return 0;
+}
+
+// An exportable pool: access set and read back, the pool and a pointer imported by another process.
+static void check_pool() {
+  cudaMemPool_t def;
+  CHECK(cudaDeviceGetDefaultMemPool(&def, 0));
+  cudaMemAccessDesc self{};
+  self.location.type = cudaMemLocationTypeDevice;
+  self.location.id = 0;
+  self.flags = cudaMemAccessFlagsProtReadWrite;
+  CHECK(cudaMemPoolSetAccess(def, &self, 1));
+  int devices = 0;
+  CHECK(cudaGetDeviceCount(&devices));
+  if (devices > 1) {
+    cudaMemLocation peer{cudaMemLocationTypeDevice, 1};
+    cudaMemAccessFlags f;
+    CHECK(cudaMemPoolGetAccess(&f, def, &peer));
+    EXPECT(f == cudaMemAccessFlagsProtNone);
+    cudaMemAccessDesc to_peer{peer, cudaMemAccessFlagsProtReadWrite};
+    CHECK(cudaMemPoolSetAccess(def, &to_peer, 1));
+    CHECK(cudaMemPoolGetAccess(&f, def, &peer));
+    EXPECT(f == cudaMemAccessFlagsProtReadWrite);
+  }
+  int fd = -1;
+  EXPECT(cudaMemPoolExportToShareableHandle(&fd, def, cudaMemHandleTypePosixFileDescriptor, 0) != cudaSuccess);
+  cudaGetLastError();
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t pool;
+  CHECK(cudaMemPoolCreate(&pool, &props));
+  CHECK(cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0));
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  unsigned char* d = nullptr;
+  const size_t n = 8192;
+  CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&d), n, pool, s));
+  CHECK(cudaMemsetAsync(d, 0x61, n, s));
+  CHECK(cudaStreamSynchronize(s));
+  cudaMemPoolPtrExportData data;
+  CHECK(cudaMemPoolExportPointer(&data, d));
+  int inherited = fcntl(fd, F_DUPFD, 100);  // without close-on-exec: the child's copy of the fd
+  EXPECT(run_child({"pool_child", std::to_string(inherited), to_hex(&data, sizeof data)}) == 0);
+  unsigned char back = 0;
+  CHECK(cudaMemcpy(&back, d + n - 1, 1, cudaMemcpyDeviceToHost));
+  EXPECT(back == 0x62);
+  CHECK(cudaFreeAsync(d, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("pool: access read back, pool and pointer imported by another process\n");
+}
+static int pool_child(const char* fd, const char* export_data) {
+  cudaMemPool_t pool;
+  CHECK(cudaMemPoolImportFromShareableHandle(&pool, reinterpret_cast<void*>(std::strtol(fd, nullptr, 10)),
+                                             cudaMemHandleTypePosixFileDescriptor, 0));
+  cudaMemPoolPtrExportData data;
+  from_hex(export_data, &data, sizeof data);
+  unsigned char* p = nullptr;
+  CHECK(cudaMemPoolImportPointer(reinterpret_cast<void**>(&p), pool, &data));
+  unsigned char first = 0;
+  CHECK(cudaMemcpy(&first, p, 1, cudaMemcpyDeviceToHost));
+  EXPECT(first == 0x61);
+  CHECK(cudaMemset(p + 8191, 0x62, 1));
+  CHECK(cudaFree(p));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   g_self = argv[0];
   if (argc < 2) return 2;
   std::string check = argv[1];
+  if (check == "ipc_child" && argc == 4) return ipc_child(argv[2], argv[3]);
+  if (check == "pool_child" && argc == 4) return pool_child(argv[2], argv[3]);
   if (check == "graph_alloc") check_graph_alloc();
   else if (check == "profiler") check_profiler();
   else if (check == "attach") check_attach();
   else if (check == "graph_nodes") check_graph_nodes();
   else if (check == "arrays") check_arrays();
+  else if (check == "ipc") check_ipc();
+  else if (check == "pool") check_pool();
   else return 2;
   return 0;
 }
