@@ -412,6 +412,48 @@ static int pool_child(const char* fd, const char* export_data) {
   return 0;
 }
 
+// The JIT linker: PTX and a cubin linked, the image loaded, its kernels found.
+static void check_link(const char* ptx, const char* cubin) {
+  CU(cuInit(0));
+  CHECK(cudaFree(nullptr));  // the primary context, current
+  char info[256] = "x";
+  CUjit_option opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void* vals[] = {info, reinterpret_cast<void*>(sizeof info)};
+  CUlinkState link;
+  CU(cuLinkCreate(2, opts, vals, &link));
+  EXPECT(info[0] == '\0');
+  CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, ptx, 0, nullptr, nullptr));
+  FILE* f = std::fopen(cubin, "rb");
+  EXPECT(f);
+  std::vector<char> bytes(1 << 20);
+  size_t size = std::fread(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  CU(cuLinkAddData(link, CU_JIT_INPUT_CUBIN, bytes.data(), size, "kernels.cubin", 0, nullptr, nullptr));
+  char not_ptx[] = "this is not PTX";
+  EXPECT(cuLinkAddData(link, CU_JIT_INPUT_PTX, not_ptx, sizeof not_ptx, "bad", 0, nullptr, nullptr) == CUDA_ERROR_INVALID_PTX);
+  EXPECT(cuLinkAddFile(link, CU_JIT_INPUT_PTX, "/nonexistent.ptx", 0, nullptr, nullptr) == CUDA_ERROR_FILE_NOT_FOUND);
+  void* image = nullptr;
+  size_t image_size = 0;
+  CU(cuLinkComplete(link, &image, &image_size));
+  EXPECT(image && image_size > size);
+  CUmodule m;
+  CU(cuModuleLoadData(&m, image));
+  CU(cuLinkDestroy(link));  // the module keeps what it needs
+  CUfunction fn;
+  CU(cuModuleGetFunction(&fn, m, "spin_kernel"));
+  CU(cuModuleGetFunction(&fn, m, "touch_globals"));
+  EXPECT(cuModuleGetFunction(&fn, m, "no_such_kernel") == CUDA_ERROR_NOT_FOUND);
+  CUdeviceptr counter;
+  size_t counter_size = 0;
+  CU(cuModuleGetGlobal(&counter, &counter_size, m, "sim_counter"));
+  EXPECT(counter_size == 4);
+  CUlinkState empty;
+  CU(cuLinkCreate(0, nullptr, nullptr, &empty));
+  EXPECT(cuLinkComplete(empty, &image, &image_size) == CUDA_ERROR_INVALID_VALUE);
+  CU(cuLinkDestroy(empty));
+  std::printf("link: PTX and cubin linked, kernels and globals found\n");
+}
+
 int main(int argc, char** argv) {
   g_self = argv[0];
   if (argc < 2) return 2;
@@ -425,6 +467,7 @@ int main(int argc, char** argv) {
   else if (check == "arrays") check_arrays();
   else if (check == "ipc") check_ipc();
   else if (check == "pool") check_pool();
+  else if (check == "link" && argc == 4) check_link(argv[2], argv[3]);
   else return 2;
   return 0;
 }
