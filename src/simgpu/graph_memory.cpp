@@ -25,6 +25,9 @@ auto* g_live = new std::set<CUdeviceptr>();  // bases of live graph allocations;
 }  // namespace
 
 GraphAllocation::~GraphAllocation() {
+  // An executable graph may be destroyed while its launches still run (cuda.h allows it):
+  // their copies finish before the memory goes, as cuMemFree waits too.
+  if (ptr) synchronize_all();
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_live->erase(ptr);

@@ -96,8 +96,13 @@ static void check_graph_alloc() {
     CHECK(cudaStreamSynchronize(s));
     EXPECT(out[0] == 0x5a && out[15] == 0x5a && out[16] == round && out[n - 1] == round);
   }
+  // Destroyed while its launch may still run (allowed): the launch completes, then the memory goes.
+  std::memset(in.data(), 3, n);
+  CHECK(cudaGraphLaunch(exec, s));
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(out[16] == 3 && out[n - 1] == 3);
 
   // A free of memory not allocated by the graph cannot be captured (cuda.h).
   void* plain = nullptr;
