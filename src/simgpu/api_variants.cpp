@@ -237,6 +237,25 @@ SIM_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise, CUmemLoca
 SIM_API CUresult cuMemAdvise(CUdeviceptr p, size_t n, CUmem_advise, CUdevice) {
   return valid_device_range(p, n) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+// cudaStreamAttachMemAsync: which streams may touch managed memory. All memory is the host's
+// here, so there is nothing to move or restrict: the call is checked as cuda.h says (flags one
+// of CUmemAttach_flags, no single attachment to the NULL stream, a managed allocation from its
+// start with length 0 or its whole size, pageable memory with a length) and does nothing.
+static CUresult attach_mem(CUstream h, CUdeviceptr p, size_t length, unsigned flags, bool per_thread) {
+  Stream* st = resolve_stream(h, per_thread);
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (flags == CU_MEM_ATTACH_SINGLE && (!h || st->legacy)) return CUDA_ERROR_INVALID_VALUE;
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (allocation_of(p, &base, &size)) return p == base && (length == 0 || length == size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  return length ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+STREAM_PAIR(cuStreamAttachMemAsync, (CUstream s, CUdeviceptr p, size_t length, unsigned flags),
+            attach_mem(s, p, length, flags, per_thread))
+
 SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool, size_t) { return CUDA_SUCCESS; }
 SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void*) { return CUDA_SUCCESS; }
 SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute attr, void* v) {

@@ -36,11 +36,6 @@ CUresult update_dependencies(CUstream s, const void* deps, size_t n, unsigned fl
   return st->capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 
-Graph* as_graph(CUgraph g) {
-  auto* graph = reinterpret_cast<Graph*>(g);
-  return graph && graph->magic == 0x47524150 ? graph : nullptr;
-}
-
 void nothing(void*) {}
 
 CUresult add_event_node(CUgraphNode* out, CUgraph g, CUevent e, CUgraphNodeType type) {

@@ -6,6 +6,9 @@ flags) returns the exported `symbol` of the row with the highest cuda_version <=
 per_thread matches the flags. The versions come from NVIDIA's cudaTypedefs.h (PFN_<api>_v<ver>
 [_ptds|_ptsz]); the ABI symbol names from cuda.h, preprocessed in its three modes. Run it when
 the toolkit changes:  gen_entry_points.py /usr/local/cuda/include > entry_points.def
+The profiler control API (cuProfilerStart/Stop) is declared in cudaProfiler.h, with its
+typedefs in cudaProfilerTypedefs.h, and is resolved through cuGetProcAddress like the rest
+(NVIDIA's cudart asks for it there), so both headers are read too.
 """
 import re
 import subprocess
@@ -16,11 +19,11 @@ inc = sys.argv[1] if len(sys.argv) > 1 else "/usr/local/cuda/include"
 
 symbols = set()
 for mode in ([], ["-DCUDA_API_PER_THREAD_DEFAULT_STREAM=1"], ["-D__CUDA_API_VERSION_INTERNAL=1"]):
-    out = subprocess.run(["gcc", "-E", "-P", "-x", "c", "-I", inc, *mode, "-"], input="#include <cuda.h>\n",
+    out = subprocess.run(["gcc", "-E", "-P", "-x", "c", "-I", inc, *mode, "-"], input="#include <cuda.h>\n#include <cudaProfiler.h>\n",
                          capture_output=True, text=True, check=True).stdout
     symbols.update(re.findall(r"CUresult\s+(?:CUDAAPI\s+)?(cu\w+)\s*\(", out))
 
-typedefs = open(f"{inc}/cudaTypedefs.h").read()
+typedefs = open(f"{inc}/cudaTypedefs.h").read() + open(f"{inc}/cudaProfilerTypedefs.h").read()
 versions = defaultdict(set)   # api -> {version}
 per_thread = defaultdict(set)  # api -> {(version, suffix)}
 for api, ver, suffix in re.findall(r"\(CUDAAPI \*PFN_(cu\w+?)_v(\d+)(?:_(ptds|ptsz))?\)", typedefs):

@@ -13,26 +13,70 @@ ProcessMutex g_mutex;
 std::vector<Capture*> g_captures;  // open captures
 std::atomic<uint64_t> g_capture_ids{1};
 
-Graph* as_graph(CUgraph g) {
-  auto* p = reinterpret_cast<Graph*>(g);
-  return p && p->magic == 0x47524150 ? p : nullptr;
-}
 GraphExec* as_exec(CUgraphExec e) {
   auto* p = reinterpret_cast<GraphExec*>(e);
   return p && p->magic == 0x47455845 ? p : nullptr;
 }
-GraphNode* as_node(CUgraphNode n) {
+
+// Deletes a graph with the child graphs and conditional bodies its nodes own.
+void free_graph(Graph* g) {
+  for (auto& n : g->nodes) {
+    if (n->child) free_graph(n->child);
+    for (Graph* b : n->bodies) free_graph(b);
+  }
+  g->magic = 0;
+  delete g;
+}
+}  // namespace
+
+Graph* as_graph(CUgraph g) {
+  auto* p = reinterpret_cast<Graph*>(g);
+  return p && p->magic == 0x47524150 ? p : nullptr;
+}
+GraphNode* as_graph_node(CUgraphNode n) {
   auto* p = reinterpret_cast<GraphNode*>(n);
   return p && p->magic == 0x474e4f44 ? p : nullptr;
 }
 
-void flatten(const Graph* g, std::vector<Op>& out) {
+void flatten_graph(const Graph* g, GraphExec& out) {
   for (const auto& n : g->nodes) {
-    if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && n->child) flatten(n->child, out);
-    else if (n->type != CU_GRAPH_NODE_TYPE_EMPTY) out.push_back(n->op);
+    switch (n->type) {
+      case CU_GRAPH_NODE_TYPE_GRAPH:
+        if (n->child) flatten_graph(n->child, out);
+        break;
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+        std::vector<const Graph*> run;
+        conditional_bodies(*n, run);  // graph_nodes.cpp
+        for (const Graph* b : run) flatten_graph(b, out);
+        break;
+      }
+      // Graph memory stays allocated while the graph exists (graph_memory.cpp): nothing to run.
+      case CU_GRAPH_NODE_TYPE_MEM_ALLOC: out.allocations.push_back(n->allocation); break;
+      case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      case CU_GRAPH_NODE_TYPE_EMPTY: break;
+      default: out.ops.push_back(n->op);
+    }
   }
 }
-}  // namespace
+
+Graph* clone_graph(const Graph* g, std::vector<std::pair<const GraphNode*, GraphNode*>>* map) {
+  auto* c = new Graph();
+  for (const auto& n : g->nodes) {
+    auto copy = std::make_unique<GraphNode>(*n);
+    if (n->child) copy->child = clone_graph(n->child, map);
+    for (Graph*& b : copy->bodies) b = clone_graph(b, map);
+    if (map) map->emplace_back(n.get(), copy.get());
+    c->nodes.push_back(std::move(copy));
+  }
+  return c;
+}
+
+GraphNode* append_captured_node(Stream* s, std::unique_ptr<GraphNode> node) {
+  GraphNode* raw = node.get();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  s->capture->graph->nodes.push_back(std::move(node));
+  return raw;
+}
 
 // Whether this thread is prohibited from potentially unsafe calls (cuThreadExchangeStreamCaptureMode):
 // a relaxed thread never; any other by a capture of its own that is not relaxed; a thread in
@@ -67,6 +111,7 @@ void join_capture(Stream* s, Capture* c) {
 void record_into_capture(Stream* s, const Op& op) {
   auto node = std::make_unique<GraphNode>();
   node->op = op;
+  if (op.kind == Op::copy || op.kind == Op::set) note_device_operands(node->op);  // transfers.cpp
   switch (op.kind) {
     case Op::kernel:
       node->type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -84,8 +129,7 @@ void record_into_capture(Stream* s, const Op& op) {
     case Op::host: node->type = CU_GRAPH_NODE_TYPE_HOST; break;
     default: node->type = CU_GRAPH_NODE_TYPE_EMPTY; break;
   }
-  std::lock_guard<std::mutex> lock(g_mutex);
-  s->capture->graph->nodes.push_back(std::move(node));
+  append_captured_node(s, std::move(node));
 }
 
 // Invalidates the capture of `s`, or when `s` is null every global-mode capture and this thread's own.
@@ -209,8 +253,7 @@ SIM_API CUresult cuGraphDestroy(CUgraph g) {
   Graph* graph = as_graph(g);
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
   release_user_objects(graph);  // capture_dependencies.cpp
-  graph->magic = 0;
-  delete graph;
+  free_graph(graph);
   return CUDA_SUCCESS;
 }
 SIM_API CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n,
@@ -239,8 +282,7 @@ SIM_API CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph g, const CU
   if (!graph || !c || !node) return CUDA_ERROR_INVALID_VALUE;
   auto gn = std::make_unique<GraphNode>();
   gn->type = CU_GRAPH_NODE_TYPE_GRAPH;
-  gn->child = new Graph();
-  for (const auto& cn : c->nodes) gn->child->nodes.push_back(std::make_unique<GraphNode>(*cn));  // cloned, as CUDA does
+  gn->child = clone_graph(c);  // cloned, as CUDA does
   *node = reinterpret_cast<CUgraphNode>(gn.get());
   graph->nodes.push_back(std::move(gn));
   return CUDA_SUCCESS;
@@ -258,19 +300,19 @@ SIM_API CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
   return CUDA_SUCCESS;
 }
 SIM_API CUresult cuGraphNodeGetType(CUgraphNode n, CUgraphNodeType* type) {
-  GraphNode* node = as_node(n);
+  GraphNode* node = as_graph_node(n);
   if (!node || !type) return CUDA_ERROR_INVALID_VALUE;
   *type = node->type;
   return CUDA_SUCCESS;
 }
 SIM_API CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode n, CUgraph* g) {
-  GraphNode* node = as_node(n);
+  GraphNode* node = as_graph_node(n);
   if (!node || !g || node->type != CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_INVALID_VALUE;
   *g = reinterpret_cast<CUgraph>(node->child);
   return CUDA_SUCCESS;
 }
 SIM_API CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode n, CUDA_KERNEL_NODE_PARAMS* p) {
-  GraphNode* node = as_node(n);
+  GraphNode* node = as_graph_node(n);
   if (!node || !p || node->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
   *p = node->kparams;
   return CUDA_SUCCESS;
@@ -281,7 +323,7 @@ static CUresult instantiate(CUgraphExec* exec, CUgraph g) {
   Graph* graph = as_graph(g);
   if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
   auto* e = new GraphExec();
-  flatten(graph, e->ops);
+  flatten_graph(graph, *e);
   copy_user_objects(graph, e);  // capture_dependencies.cpp
   *exec = reinterpret_cast<CUgraphExec>(e);
   return CUDA_SUCCESS;
@@ -317,8 +359,10 @@ SIM_API CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdat
   GraphExec* exec = as_exec(e);
   Graph* graph = as_graph(g);
   if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
-  exec->ops.clear();
-  flatten(graph, exec->ops);
+  GraphExec updated;
+  flatten_graph(graph, updated);
+  exec->ops = std::move(updated.ops);
+  exec->allocations = std::move(updated.allocations);
   if (info) info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
   return CUDA_SUCCESS;
 }
@@ -330,6 +374,11 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool per_thread) {
   // is launched on: one captured on a green context's stream keeps that green context's SMs,
   // the others get the launching context's, as a kernel would (a green stream's SMs are not
   // theirs: CUDA_KERNEL_NODE_PARAMS_v2 names the node's context).
+  // Memory a copy or memset node names may have been freed since it was recorded (a graph
+  // captured around cudaMallocAsync/cudaFreeAsync, a buffer freed by the program): refused
+  // here, as a launch that would fault, rather than left to crash the process.
+  for (const Op& op : exec->ops)
+    if (!device_operands_valid(op)) return CUDA_ERROR_ILLEGAL_ADDRESS;
   for (Op op : exec->ops) {
     if (op.kind == Op::kernel)
       op.launch.sm_limit = static_cast<unsigned>(kernel_sm_limit(current_context(), nullptr, op.launch.green));

@@ -52,10 +52,15 @@ CUresult allocate(CUdeviceptr* p, size_t bytes, const char* api) {
 
 CUresult release(CUdeviceptr p) {
   if (p == 0) return CUDA_SUCCESS;
+  // Another process's pool memory imported here (cuMemPoolImportPointer) is freed by unmapping
+  // it (ipc.cpp); the exporter's allocation is unaffected.
+  CUdeviceptr imported = 0;
+  if (imported_range(p, &imported, nullptr)) return imported == p ? close_shared(p) : CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_allocs->find(p);
   if (it == g_allocs->end()) return CUDA_ERROR_INVALID_VALUE;
   munmap(reinterpret_cast<void*>(p), it->second);
+  forget_shared_allocation(p);  // ipc.cpp: an exported allocation's memfd
   forget_communicators(p, it->second);  // collectives.cpp
   g_used -= it->second;
   if (auto d = g_alloc_device->find(p); d != g_alloc_device->end()) {
@@ -98,6 +103,9 @@ CUresult set(CUdeviceptr dst, uint32_t value, size_t elem, size_t count, CUstrea
 
 }  // namespace
 
+CUresult allocate_device(CUdeviceptr* p, size_t bytes, const char* api) { return allocate(p, bytes, api); }
+CUresult release_device(CUdeviceptr p) { return release(p); }
+
 bool charge_vmm(int device, uint64_t bytes, bool check) {
   if (!settings().mem_shared || device < 0 || device >= 16) return true;
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -130,7 +138,8 @@ bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes) {
       return true;
     }
   }
-  return mapping_of(p, base, bytes);  // cuMemMap'ed memory (vmm.cpp)
+  // cuMemMap'ed memory (vmm.cpp), another process's memory opened through IPC (ipc.cpp).
+  return mapping_of(p, base, bytes) || imported_range(p, base, bytes);
 }
 
 bool valid_device_range(CUdeviceptr p, size_t bytes) {
@@ -151,6 +160,7 @@ SIM_API CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t width,
 }
 SIM_API CUresult cuMemFree_v2(CUdeviceptr p) {
   synchronize_all();  // cuMemFree synchronizes, as on a real GPU
+  if (is_graph_allocation(p)) return CUDA_SUCCESS;  // graph_memory.cpp: its graph keeps it for the next launch
   return release(p);
 }
 SIM_API CUresult cuMemAllocManaged(CUdeviceptr* p, size_t bytes, unsigned flags) {
@@ -161,15 +171,40 @@ SIM_API CUresult cuMemAllocManaged(CUdeviceptr* p, size_t bytes, unsigned flags)
   SIM_API CUresult name params { const bool per_thread = false; return call; }     \
   SIM_API CUresult name##_ptsz params { const bool per_thread = true; return call; }
 
+// Inside a capture an allocation becomes the graph's alloc node and a free its free node
+// (graph_memory.cpp): the memory must outlive the capture, since every launch of the graph
+// copies into it. (Freeing it here, as before, left the graph's copies writing to unmapped
+// memory: a SIGSEGV on the first launch.)
 static CUresult alloc_async(CUdeviceptr* p, size_t bytes, CUstream s, bool per_thread) {
-  if (!resolve_stream(s, per_thread)) return CUDA_ERROR_INVALID_HANDLE;
-  return allocate(p, bytes, "cuMemAllocAsync");
+  Stream* st = resolve_stream(s, per_thread);
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!st->capture) return allocate(p, bytes, "cuMemAllocAsync");
+  CUDA_MEM_ALLOC_NODE_PARAMS params{};
+  params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  params.poolProps.location.id = allocating_device();
+  params.bytesize = bytes;
+  std::unique_ptr<GraphNode> node;
+  CUresult r = graph_allocate(params, &node);
+  if (r != CUDA_SUCCESS) return r;
+  *p = node->alloc_params.dptr;
+  append_captured_node(st, std::move(node));
+  return CUDA_SUCCESS;
 }
 static CUresult free_async(CUdeviceptr p, CUstream s, bool per_thread) {
   Stream* st = resolve_stream(s, per_thread);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   if (!valid_device_range(p, 1)) return CUDA_ERROR_INVALID_VALUE;
-  if (!st->capture) synchronize_stream(st);  // stream-ordered: free after the work queued before it
+  if (st->capture) {
+    // cuda.h: during capture the free becomes a free node, and must name a graph allocation.
+    std::unique_ptr<GraphNode> node;
+    CUresult r = graph_free_node(p, &node);
+    if (r == CUDA_SUCCESS) append_captured_node(st, std::move(node));
+    return r;
+  }
+  synchronize_stream(st);  // stream-ordered: free after the work queued before it
+  if (is_graph_allocation(p)) return CUDA_SUCCESS;  // freed after a launch: the graph keeps it
   return release(p);
 }
 ASYNC_PAIR(cuMemAllocAsync, (CUdeviceptr* p, size_t bytes, CUstream s), alloc_async(p, bytes, s, per_thread))
@@ -294,12 +329,5 @@ SIM_API CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute* attrs, 
       std::memset(data[i], 0, width);
     }
   }
-  return CUDA_SUCCESS;
-}
-
-SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
-  if (!pool || !valid_device(dev)) return CUDA_ERROR_INVALID_VALUE;
-  static int dummy;
-  *pool = reinterpret_cast<CUmemoryPool>(&dummy);
   return CUDA_SUCCESS;
 }

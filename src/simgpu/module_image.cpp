@@ -254,6 +254,20 @@ CUresult read_image(const void* image, ImageInfo& out) {
     std::memcpy(&data, p + 8, sizeof data);
     return read_image(data, out);
   }
+  if (magic == kLinkedImageMagic) {  // cuLinkComplete's: every input's kernels and variables
+    uint32_t count;
+    std::memcpy(&count, p + 4, 4);
+    size_t at = 8;
+    for (uint32_t i = 0; i < count; ++i) {
+      uint64_t size;
+      std::memcpy(&size, p + at, 8);
+      // Each input was checked when it was added; a PTX input of device functions alone has
+      // no name to contribute (read_image calls that invalid on its own).
+      read_image(p + at + 8, out);
+      at += 8 + (size + 7) / 8 * 8;
+    }
+    return CUDA_SUCCESS;
+  }
   // A well-formed fatbin or cubin may hold no kernel and no variable: nvcc registers one for
   // every translation unit, also for programs that only allocate and copy. That is valid.
   if (magic == kFatbinMagic) {

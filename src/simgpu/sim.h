@@ -165,6 +165,14 @@ struct Op {
   CUhostFn host_fn = nullptr;
   void* host_data = nullptr;
   uint64_t queued_ns = 0;  // when it was queued (launch latency); set by the engine
+  // Pitched copies and memsets (cuMemcpy2D/3D, arrays, memset nodes): `height` rows of `bytes`
+  // (a copy) or `count` elements (a memset) in each of `depth` slices; row y of slice z starts
+  // at z * slice + y * pitch from dst (and src). One row: a plain contiguous range.
+  size_t height = 1, depth = 1;
+  size_t dst_pitch = 0, src_pitch = 0, dst_slice = 0, src_slice = 0;
+  // Set when a graph records the op: which operands were device memory then, so that a launch
+  // refuses an op whose memory has since been freed instead of touching unmapped pages.
+  bool dst_device = false, src_device = false;
 };
 
 struct Graph;
@@ -265,6 +273,13 @@ void run_memset(const Op& op);
 // A copy: real bytes, lasting at least its bytes at PCIe (host<->device) or device bandwidth
 // (device<->device, read and written) on the copy engines (no contention with kernels).
 void run_copy(const Op& op);
+// The bytes a copy or memset spans from its dst (or src), rows and slices included.
+size_t dst_extent(const Op& op);
+size_t src_extent(const Op& op);
+// Records which operands of a copy or memset are device memory (when a graph records it), and
+// checks at a graph's launch that they still are: false when one has been freed since.
+void note_device_operands(Op& op);
+bool device_operands_valid(const Op& op);
 // A kernel starts no earlier than the launch latency after it was queued.
 void wait_for_launch_latency(const Op& op);
 // Sleeps until CLOCK_MONOTONIC reaches deadline_ns.
@@ -289,12 +304,26 @@ int loaded_nccl_version();
 void forget_communicators(CUdeviceptr base, size_t bytes);
 
 // ---- graphs and capture (graph.cpp) ----
+struct GraphAllocation;  // graph_memory.cpp
+struct ConditionalHandle;  // graph_nodes.cpp
 struct GraphNode {
   uint32_t magic = 0x474e4f44;
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   Op op;  // what it does when the graph runs
   Graph* child = nullptr;
   CUDA_KERNEL_NODE_PARAMS kparams{};
+  // Memory nodes (graph_memory.cpp): the allocation an alloc node made (freed when no graph
+  // or executable graph holds it), the address an alloc or free node names.
+  std::shared_ptr<GraphAllocation> allocation;
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc_params{};
+  CUdeviceptr freed = 0;
+  // Memcpy and memset nodes added by hand (graph_nodes.cpp): their parameters, read back.
+  CUDA_MEMCPY3D copy_params{};
+  CUDA_MEMSET_NODE_PARAMS memset_params{};
+  // Conditional nodes (graph_nodes.cpp): the handle and the body graphs this node owns.
+  ConditionalHandle* condition = nullptr;
+  CUgraphConditionalNodeType cond_type = CU_GRAPH_COND_TYPE_IF;
+  std::vector<Graph*> bodies;
 };
 struct Graph {
   uint32_t magic = 0x47524150;
@@ -303,7 +332,26 @@ struct Graph {
 struct GraphExec {
   uint32_t magic = 0x47455845;
   std::vector<Op> ops;  // flattened, in insertion order (a valid topological order)
+  std::vector<std::shared_ptr<GraphAllocation>> allocations;  // graph memory its ops use
 };
+// Appends `ops` (and the allocations they use) for graph `g`, child graphs and conditional
+// bodies expanded (graph.cpp).
+void flatten_graph(const Graph* g, GraphExec& out);
+// A deep copy of `g` (cuGraphClone, child graph nodes); `map` receives original -> clone nodes.
+Graph* clone_graph(const Graph* g, std::vector<std::pair<const GraphNode*, GraphNode*>>* map = nullptr);
+Graph* as_graph(CUgraph g);
+GraphNode* as_graph_node(CUgraphNode n);
+// Adds `node` to the graph `s` is capturing into (under the capture lock).
+GraphNode* append_captured_node(Stream* s, std::unique_ptr<GraphNode> node);
+// Graph memory (graph_memory.cpp). An alloc node's memory is allocated when the node is made
+// and stays at its address while a graph or executable graph holds it, so every launch finds
+// it there; frees of it (free nodes, cuMemFree[Async] after a launch) release nothing.
+bool is_graph_allocation(CUdeviceptr p);
+CUresult graph_allocate(const CUDA_MEM_ALLOC_NODE_PARAMS& params, std::unique_ptr<GraphNode>* node);
+CUresult graph_free_node(CUdeviceptr p, std::unique_ptr<GraphNode>* node);
+// Conditional nodes (graph_nodes.cpp): the body graphs a launch runs, chosen by the handle's
+// default value (kernels, which would set it, do not run).
+void conditional_bodies(const GraphNode& n, std::vector<const Graph*>& out);
 // True when an open capture forbids the calling thread's potentially unsafe calls: a global
 // capture (unless this thread is in relaxed mode) or this thread's own thread-local capture.
 bool unsafe_calls_prohibited();
@@ -322,11 +370,38 @@ CUresult invalidate_capture(Stream* s, CUresult why);
 
 // ---- memory (memory.cpp) ----
 bool valid_device_range(CUdeviceptr p, size_t bytes);
+// cuMemAlloc's allocation and release (accounted, validated), for the other families.
+CUresult allocate_device(CUdeviceptr* p, size_t bytes, const char* api);
+CUresult release_device(CUdeviceptr p);
 // Device memory outside the program's accounting (module globals): no failure injection, no
 // limit, never freed by the program. 0 when the host has no memory.
 CUdeviceptr allocate_untracked(size_t bytes);
 // The allocation holding p (base and size), if any: cuMemAlloc'ed or cuMemMap'ed.
 bool allocation_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);
+// ---- memory shared between processes (ipc.cpp) ----
+// Makes the cuMemAlloc'ed allocation holding p shareable (a memfd mapped over it, once) and
+// gives its base, fd and size; CUDA_ERROR_INVALID_VALUE for memory that is not cuMemAlloc's.
+CUresult share_allocation(CUdeviceptr p, CUdeviceptr* base, int* fd, size_t* size);
+// Maps another process's shared allocation (its pid and fd); counted, closed by close_shared.
+CUresult open_shared(int32_t pid, int32_t fd, size_t size, CUdeviceptr* out);
+CUresult close_shared(CUdeviceptr p);
+// Whether the allocation at base is a shared mapping (exported or imported): zeroing must punch
+// holes in its memfd, not drop private pages. An exported allocation being freed closes its fd.
+bool shared_allocation(CUdeviceptr base);
+void forget_shared_allocation(CUdeviceptr base);
+// The imported mapping holding p, if any (device memory of this process too).
+bool imported_range(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);
+
+// ---- pitched and array copies (pitched_copies.cpp, arrays.cpp) ----
+// The Op of a cuMemcpy3D (a 2D copy is one of depth 1) with its operands resolved (host,
+// device, unified or array memory) and offsets and pitches applied; CUDA_ERROR_INVALID_VALUE
+// (or _HANDLE for a bad array) when malformed.
+CUresult copy3d_op(const CUDA_MEMCPY3D& p, Op* op);
+CUDA_MEMCPY3D copy2d_as_3d(const CUDA_MEMCPY2D& p);
+// Submits a copy Op on `h` (synchronously unless `async`), as cuMemcpy* do.
+CUresult submit_copy(const Op& op, CUstream h, bool async, bool per_thread);
+// A CUDA array's memory: rows of `pitch` bytes, `height` rows per slice; false if not an array.
+bool array_memory(CUarray a, unsigned char** base, size_t* pitch, size_t* height, size_t* bytes);
 // ---- virtual memory (vmm.cpp) ----
 // The cuMemMap'ed range holding p (base and size), if any.
 bool mapping_of(CUdeviceptr p, CUdeviceptr* base, size_t* bytes);

@@ -25,7 +25,11 @@ bool drop_pages(void* begin, size_t bytes) {
   if (mapping_of(p, &base, &size)) return madvise(begin, bytes, MADV_REMOVE) == 0;  // VMM: a shared memfd
   // cuMemAlloc'ed memory, and only when the whole range is one allocation: dropping pages of
   // any other private mapping (a file's) would bring back the file's bytes, not zeros.
-  if (allocation_of(p, &base, &size) && p + bytes <= base + size) return madvise(begin, bytes, MADV_DONTNEED) == 0;
+  if (allocation_of(p, &base, &size) && p + bytes <= base + size) {
+    // Shared through IPC (ipc.cpp): a memfd now, whose pages MADV_DONTNEED would bring back.
+    if (shared_allocation(base)) return madvise(begin, bytes, MADV_REMOVE) == 0;
+    return madvise(begin, bytes, MADV_DONTNEED) == 0;
+  }
   return false;
 }
 
