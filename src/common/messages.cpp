@@ -83,6 +83,15 @@ uint32_t role_code(std::string_view role) noexcept {
   return TANDEM_ROLE_NONE;
 }
 
+const char* role_name(uint32_t code) noexcept {
+  switch (code) {
+    case TANDEM_ROLE_TRAINING: return "training";
+    case TANDEM_ROLE_INFERENCE: return "inference";
+    case TANDEM_ROLE_BATCH_INFERENCE: return "batch-inference";
+    default: return "none";
+  }
+}
+
 // --- encoding ---
 
 std::string encode(const Hello& m) noexcept {
@@ -108,6 +117,16 @@ std::string encode(const QuotaRequest& m) noexcept {
   return encoded([&] { return json{{"pid", m.pid}, {"size", m.size}}; });
 }
 
+std::string encode(const GrantRequest& m) noexcept {
+  return encoded([&] {
+    return json{{"name", m.name}, {"role", m.role}, {"gpus", m.gpus}, {"memory_limit", m.memory_limit}};
+  });
+}
+
+std::string encode(const GrantReply& m) noexcept {
+  return encoded([&] { return json{{"name", m.name}, {"socket", m.socket}}; });
+}
+
 std::string encode(const PoolRegister& m) noexcept {
   return encoded([&] { return json{{"bytes", m.bytes}, {"seq", m.seq}}; });
 }
@@ -124,7 +143,11 @@ std::string encode(const PoolRelease& m) noexcept {
 }
 
 std::string encode(const HelloOk& m) noexcept {
-  return encoded([&] { return m.slot < 0 ? json{{"slot", -1}} : json{{"slot", m.slot}, {"sample_us", m.sample_us}}; });
+  return encoded([&] {
+    json j = m.slot < 0 ? json{{"slot", -1}} : json{{"slot", m.slot}, {"sample_us", m.sample_us}};
+    if (!m.role.empty()) j["role"] = m.role;
+    return j;
+  });
 }
 
 std::string encode(const QuotaReply& m) noexcept {
@@ -223,6 +246,33 @@ bool decode(std::string_view payload, QuotaRequest& out, Refusal& why) {
   return true;
 }
 
+bool decode(std::string_view payload, GrantRequest& out, Refusal& why) {
+  json j = parse(payload);
+  if (!j.is_object()) return refuse(why, EINVAL, "a grant request needs a JSON object");
+  GrantRequest m;
+  std::optional<std::string> name = string_field(j, "name"), role = string_field(j, "role"),
+                             limit = string_field(j, "memory_limit", "");
+  if (!name || name->empty() || name->size() > kMaxGrantName ||
+      name->find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos)
+    return refuse(why, EINVAL, "a grant's name is 1 to " + std::to_string(kMaxGrantName) + " of [a-z0-9-]");
+  if (!role || (*role != "inference" && *role != "batch-inference"))
+    return refuse(why, EINVAL, "a grant's role is inference or batch-inference");
+  auto gpus = j.find("gpus");
+  constexpr const char* kGpus = "a grant's gpus are 1 to 16 32-digit lowercase hex UUIDs";
+  if (gpus == j.end() || !gpus->is_array() || gpus->empty() || gpus->size() > 16) return refuse(why, EINVAL, kGpus);
+  for (const json& g : *gpus) {
+    if (!g.is_string() || !is_gpu_uuid(g.get_ref<const std::string&>())) return refuse(why, EINVAL, kGpus);
+    m.gpus.push_back(g.get<std::string>());
+  }
+  if (!limit || (!limit->empty() && !parse_memory_size(limit->c_str(), m.parsed_limit)))
+    return refuse(why, EINVAL, "a grant's memory_limit is bytes with a K/M/G/T suffix, N% of the GPU, or \"\"");
+  m.name = std::move(*name);
+  m.role = std::move(*role);
+  m.memory_limit = std::move(*limit);
+  out = std::move(m);
+  return true;
+}
+
 bool decode(std::string_view payload, PoolRegister& out, Refusal& why) {
   json j = parse(payload);
   std::optional<uint64_t> bytes = uint_field(j, "bytes"), seq = uint_field(j, "seq");
@@ -263,6 +313,7 @@ bool decode_request(uint32_t type, std::string_view payload, Request& out, Refus
     case MessageType::pool_register: return decode_as<PoolRegister>(payload, out, why);
     case MessageType::pool_acquire: return decode_as<PoolAcquire>(payload, out, why);
     case MessageType::pool_release: return decode_as<PoolRelease>(payload, out, why);
+    case MessageType::grant_request: return decode_as<GrantRequest>(payload, out, why);
     default: return refuse(why, EBADMSG, "unknown message type " + std::to_string(type));
   }
 }
@@ -279,7 +330,17 @@ bool decode(std::string_view payload, HelloOk& out, Refusal& why) {
     return refuse(why, EINVAL, kHelloOkSlotRange);
   std::optional<uint64_t> sample_us = uint_field(j, "sample_us");
   if (!sample_us) return refuse(why, EINVAL, kHelloOkSampleUs);
-  out = HelloOk{static_cast<int32_t>(slot->get<int64_t>()), *sample_us};
+  std::optional<std::string> role = string_field(j, "role", "");
+  if (!role || (!role->empty() && !is_known_role(*role))) return refuse(why, EINVAL, "the reply's role is not a role");
+  out = HelloOk{static_cast<int32_t>(slot->get<int64_t>()), *sample_us, std::move(*role)};
+  return true;
+}
+
+bool decode(std::string_view payload, GrantReply& out, Refusal& why) {
+  json j = parse(payload);
+  std::optional<std::string> name = string_field(j, "name"), socket = string_field(j, "socket");
+  if (!name || !socket) return refuse(why, EINVAL, "a grant reply has {\"name\": str, \"socket\": str}");
+  out = GrantReply{std::move(*name), std::move(*socket)};
   return true;
 }
 

@@ -31,6 +31,7 @@ constexpr uint64_t kMaxJobRanks = 1024;
 // The roles a client may name in its hello, and their codes in the shared memory (shm_abi.h).
 bool is_known_role(std::string_view role) noexcept;
 uint32_t role_code(std::string_view role) noexcept;  // TANDEM_ROLE_NONE for any other
+const char* role_name(uint32_t code) noexcept;      // "none" for any other
 
 // --- client -> tandemd ---
 
@@ -70,6 +71,20 @@ struct QuotaRequest {
   MemorySize parsed;   // `size`, parsed (decode fills it)
   bool operator==(const QuotaRequest&) const = default;
 };
+
+// A grant: a socket of its own for one allocation (a device plugin's Allocate). Every process
+// connecting through it registers in `role` on one of `gpus` with `memory_limit` (each slot),
+// whatever it asks.
+struct GrantRequest {
+  static constexpr MessageType type = MessageType::grant_request;
+  std::string name;          // 1 to kMaxGrantName of [a-z0-9-]: its directory's name
+  std::string role;          // inference | batch-inference
+  std::vector<std::string> gpus;  // 1 to 16 GPUs, each 32 lowercase hex digits
+  std::string memory_limit;  // as TANDEM_MEM_LIMIT ("" : none)
+  MemorySize parsed_limit;   // `memory_limit`, parsed (decode fills it)
+  bool operator==(const GrantRequest&) const = default;
+};
+inline constexpr size_t kMaxGrantName = 64;
 
 // A chunk the client created, with its descriptor (SCM_RIGHTS) for the pool. Every pool
 // request carries a number (`seq`) its replies repeat.
@@ -112,7 +127,16 @@ struct HelloOk {
   static constexpr MessageType type = MessageType::hello_ok;
   int32_t slot = -1;       // the client's slot, 0 to TANDEM_MAX_SLOTS - 1; -1: registered without a GPU
   uint64_t sample_us = 0;  // tandemd's period (with a slot)
+  std::string role;        // the role it was registered in (a grant's may differ from the one asked;
+                           // "": an older tandemd, the one asked)
   bool operator==(const HelloOk&) const = default;
+};
+
+struct GrantReply {
+  static constexpr MessageType type = MessageType::grant_reply;
+  std::string name;
+  std::string socket;  // the grant's socket, in tandemd's file system
+  bool operator==(const GrantReply&) const = default;
 };
 
 struct QuotaReply {
@@ -170,11 +194,13 @@ std::string encode(const Hello& m) noexcept;
 std::string encode(const StatusRequest& m) noexcept;
 std::string encode(const TraceRequest& m) noexcept;
 std::string encode(const QuotaRequest& m) noexcept;
+std::string encode(const GrantRequest& m) noexcept;
 std::string encode(const PoolRegister& m) noexcept;
 std::string encode(const PoolAcquire& m) noexcept;
 std::string encode(const PoolRelease& m) noexcept;
 std::string encode(const HelloOk& m) noexcept;
 std::string encode(const QuotaReply& m) noexcept;
+std::string encode(const GrantReply& m) noexcept;
 std::string encode(const PoolChunk& m) noexcept;
 std::string encode(const PoolGranted& m) noexcept;
 std::string encode(const PoolRegistered& m) noexcept;
@@ -193,11 +219,13 @@ bool decode(std::string_view payload, Hello& out, Refusal& why);
 bool decode(std::string_view payload, StatusRequest& out, Refusal& why);
 bool decode(std::string_view payload, TraceRequest& out, Refusal& why);
 bool decode(std::string_view payload, QuotaRequest& out, Refusal& why);
+bool decode(std::string_view payload, GrantRequest& out, Refusal& why);
 bool decode(std::string_view payload, PoolRegister& out, Refusal& why);
 bool decode(std::string_view payload, PoolAcquire& out, Refusal& why);
 bool decode(std::string_view payload, PoolRelease& out, Refusal& why);
 bool decode(std::string_view payload, HelloOk& out, Refusal& why);
 bool decode(std::string_view payload, QuotaReply& out, Refusal& why);
+bool decode(std::string_view payload, GrantReply& out, Refusal& why);
 bool decode(std::string_view payload, PoolChunk& out, Refusal& why);
 bool decode(std::string_view payload, PoolGranted& out, Refusal& why);
 bool decode(std::string_view payload, PoolRegistered& out, Refusal& why);
@@ -205,7 +233,8 @@ bool decode(std::string_view payload, PoolReleased& out, Refusal& why);
 bool decode(std::string_view payload, Error& out, Refusal& why);
 
 // What a client may send tandemd.
-using Request = std::variant<Hello, StatusRequest, TraceRequest, QuotaRequest, PoolRegister, PoolAcquire, PoolRelease>;
+using Request =
+    std::variant<Hello, StatusRequest, TraceRequest, QuotaRequest, PoolRegister, PoolAcquire, PoolRelease, GrantRequest>;
 
 // A client's message of `type` decoded: the request, or why it is refused (EBADMSG for a type
 // that is no request, EINVAL for a payload that is not a valid one).

@@ -28,6 +28,10 @@ enum class MessageType : uint32_t {
   pool_registered = 13, // daemon -> client: the chunk's id
   pool_release = 14,    // client -> daemon: chunks it unmapped
   pool_released = 15,   // daemon -> client
+  // Grants (docs/security.md): a socket bound to one allocation (role, GPU, memory limit), whose
+  // every client has exactly its rights. Only tandemd's node administrators may ask.
+  grant_request = 16,   // admin -> daemon: create (or re-state) a grant
+  grant_reply = 17,     // daemon -> admin: where its socket is
   error = 0xFFFF,       // daemon -> client: {"errno": int, "message": str}
 };
 

@@ -16,11 +16,15 @@
 namespace tandem::scheduler {
 
 // A set of users and groups ("*": everyone). A group matches a process whose primary or any
-// supplementary group it is.
+// supplementary group it is. A process of a grant (PeerIdentity::grant) matches none: its
+// rights are its grant's. `host_uids` and `host_gids` match only a process in tandemd's own
+// namespaces (the defaults: tandemd's own uid, root's group), where uid 0 in a container is not.
 struct Principals {
   bool anyone = false;
   std::vector<uid_t> uids;
   std::vector<gid_t> gids;
+  std::vector<uid_t> host_uids;
+  std::vector<gid_t> host_gids;
   bool matches(const PeerIdentity& who) const;
   std::string describe() const;  // "uid 0, gid 120", "everyone", "nobody"
 };
@@ -45,15 +49,21 @@ struct AccessPolicy {
   // Fills the roles the configuration left out with the safe default: the roles that can hold
   // others back (training under `fill`, inference under `slo`; both, since the policy is per
   // daemon and a client could wait for the other) only for the daemon's own uid and the
-  // socket's group; batch-inference for every client that can reach the socket.
+  // socket's group (root's group only in tandemd's namespaces, as root); batch-inference for
+  // every client that can reach the socket.
   void finalize(uid_t daemon_uid, gid_t socket_gid);
 
   // Empty when `who` may register as `role`, else why not.
   std::string refusal(const PeerIdentity& who, const std::string& role) const;
-  // Empty when `who` may set the quota of a process of `owner`, else why not.
-  std::string quota_refusal(const PeerIdentity& who, uid_t owner) const;
+  // Empty when `who` may set the quota of the process `owner`, else why not: a quota admin,
+  // the process's own user in the same namespaces (both in tandemd's, or one container's), or a
+  // process of the same grant; a grant's process nothing else.
+  std::string quota_refusal(const PeerIdentity& who, const PeerIdentity& owner) const;
   uint32_t slot_cap(const PeerIdentity& who, uid_t daemon_uid) const;
-  // The trust domain's name: a configured domain's, else "uid:<uid>".
+  // The trust domain's name: a grant's ("grant:<name>"); for a process in tandemd's namespaces
+  // a configured domain's, else "uid:<uid>"; for one in a container its uid there and its mount
+  // namespace ("uid:<uid>@mnt:<inode>"): no container shares pooled memory with another's, or
+  // with the host's jobs of the same uid.
   std::string trust_domain(const PeerIdentity& who) const;
 };
 

@@ -67,6 +67,8 @@ bool apply_key(const std::string& key, const nlohmann::json& v, DaemonConfig& c,
   ServerOptions& s = c.server;
   AccessPolicy& access = s.access;
   if (key == "socket" && v.is_string()) return s.socket_path = v.get<std::string>(), true;
+  if (key == "admin_socket" && v.is_string()) return s.admin_socket = v.get<std::string>(), true;
+  if (key == "grant_dir" && v.is_string()) return s.grant_dir = v.get<std::string>(), true;
   if (key == "policy" && v.is_string()) return s.policy = v.get<std::string>(), true;
   if (key == "foreground" && v.is_boolean()) return c.foreground = v.get<bool>(), true;
   if (key == "log" && v.is_string()) return c.log = v.get<std::string>(), true;

@@ -22,13 +22,15 @@ namespace {
 const char* kUsage =
     "usage: tandemd [--socket PATH] [--policy fill|slo] [--foreground] [--config FILE] [--log LEVEL]\n"
     "               [--socket-owner USER] [--socket-group GROUP] [--socket-mode MODE] [--metrics HOST:PORT]\n"
+    "               [--admin-socket PATH] [--grant-dir DIR]\n"
     "  --socket PATH         UNIX socket (default: TANDEM_SOCKET, else /run/tandem/tandemd.sock)\n"
     "  --policy NAME         scheduling policy: fill (default): training protected, fillers use its\n"
     "                        bubbles; slo: online inference held at its latency target (TANDEM_SLO_MS),\n"
     "                        training gets the rest\n"
     "  --foreground          stay in the foreground (default: daemonize)\n"
     "  --config FILE         JSON object: socket, policy, foreground, log, socket_owner, socket_group,\n"
-    "                        socket_mode, metrics, roles, max_slots_per_user, max_slots, quota_admins,\n"
+    "                        socket_mode, metrics, admin_socket, grant_dir, roles, max_slots_per_user,\n"
+    "                        max_slots, quota_admins,\n"
     "                        trust_domains (docs/security.md), slots (docs/kubernetes.md);\n"
     "                        arguments after it override it\n"
     "  --log LEVEL           error | warn | info | debug (default: TANDEM_LOG, else info)\n"
@@ -38,6 +40,9 @@ const char* kUsage =
     "  --socket-mode MODE    octal permissions of the socket (default 0660)\n"
     "  --metrics HOST:PORT   serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md);\n"
     "                        :PORT listens on every interface, port 0 lets the kernel choose\n"
+    "  --admin-socket PATH   a second socket (mode 0600) whose clients may create grants: the device\n"
+    "                        plugin's (docs/security.md); default none\n"
+    "  --grant-dir DIR       where grants' sockets are made (default: grants/ beside the socket)\n"
     "  --crash-for-test HOW  a test aid: once the socket is bound, crash (segv, abort, or overflow:\n"
     "                        the stack) to show the backtrace a fatal signal writes (docs/scheduler.md)\n";
 
@@ -121,6 +126,8 @@ int main(int argc, char** argv) {
     else if (a == "--foreground") foreground = true;
     else if (a == "--log") log = value();
     else if (a == "--metrics") options.metrics_address = value();
+    else if (a == "--admin-socket") options.admin_socket = value();
+    else if (a == "--grant-dir") options.grant_dir = value();
     else if (a == "--config") {
       std::string path = value();
       std::ifstream f(path);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -85,6 +86,27 @@ bool container_in_path(std::string_view path, ContainerId& out) {
   return false;
 }
 
+// The inode of /proc/<pid>/ns/<kind> ("self" for tandemd), 0 when unreadable.
+uint64_t namespace_inode(const char* pid, const char* kind) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%s/ns/%s", pid, kind);
+  struct stat st {};
+  return stat(path, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+// Fills host_namespaces and mount_ns of a live process.
+void read_namespaces(PeerIdentity& out) {
+  char pid[16];
+  std::snprintf(pid, sizeof pid, "%d", static_cast<int>(out.pid));
+  bool same = true;
+  for (const char* kind : {"user", "pid", "mnt"}) {
+    uint64_t theirs = namespace_inode(pid, kind), ours = namespace_inode("self", kind);
+    same = same && theirs && theirs == ours;
+    if (std::strcmp(kind, "mnt") == 0) out.mount_ns = theirs;
+  }
+  out.host_namespaces = same;
+}
+
 }  // namespace
 
 ContainerId container_from_cgroup(std::string_view text) {
@@ -151,9 +173,15 @@ bool read_peer_identity(int fd, PeerIdentity& out, std::string& error) {
     while ((n = read(cg, buffer, sizeof buffer)) > 0 && text.size() < 65536) text.append(buffer, static_cast<size_t>(n));
     close(cg);
   }
-  // Read by pid: it names the right process only if that process is still alive now.
+  read_namespaces(out);
+  // Read by pid: they name the right process only if that process is still alive now.
   pollfd p{out.pidfd, POLLIN, 0};
-  if (poll(&p, 1, 0) == 0) out.container = container_from_cgroup(text);
+  if (poll(&p, 1, 0) == 0) {
+    out.container = container_from_cgroup(text);
+  } else {
+    out.host_namespaces = false;
+    out.mount_ns = 0;
+  }
   return true;
 }
 

@@ -39,11 +39,26 @@ uint64_t monotonic_ns() {
 bool Server::handle_hello(Client& client, const msg::Hello& hello) {
   // The identity is the connection's (SO_PEERCRED); the hello's pid is the client's own view,
   // which differs in a container's PID namespace, and is ignored.
-  const std::string& role = hello.role;
+  std::string role = hello.role;
   const std::string& uuid = hello.gpu;
   if (client.registered) return reply_error(client, EALREADY, "already registered");
   if (!client.out.empty()) return reply_error(client, EAGAIN, "read the replies already sent before saying hello");
-  if (std::string why = options_.access.refusal(client.peer, role); !why.empty()) {
+  // A grant's client is registered in the grant's role on the grant's GPU, whatever it asks:
+  // asking for a protected role gets it gated as its slot's role, never refused and ungated.
+  const GrantRecord* grant = client.peer.grant.empty() ? nullptr : grants_.find(client.peer.grant);
+  if (!client.peer.grant.empty() && !grant) return reply_error(client, ENOENT, "grant " + client.peer.grant + " was revoked");
+  if (grant && !uuid.empty()) {
+    const std::vector<std::string>& gpus = grant->request.gpus;
+    if (std::find(gpus.begin(), gpus.end(), uuid) == gpus.end())
+      return reply_error(client, EACCES, "grant " + grant->request.name + " is not for GPU " + uuid);
+    if (role != grant->request.role)
+      TANDEM_LOG_INFO("pid {} of grant {} asked for role {}: registered as the grant's {}", client.pid,
+                      grant->request.name, role, grant->request.role);
+    role = grant->request.role;
+  } else if (grant) {
+    role = "none";  // no GPU named: it only talks to tandemd
+  }
+  if (std::string why = grant ? std::string() : options_.access.refusal(client.peer, role); !why.empty()) {
     TANDEM_LOG_INFO("pid {} uid {}: {}", client.pid, client.uid, why);
     return reply_error(client, EACCES, why);
   }
@@ -55,11 +70,16 @@ bool Server::handle_hello(Client& client, const msg::Hello& hello) {
   if (client.pid <= 0 || client.pidfd < 0)
     return reply_error(client, EPERM, "tandemd cannot see this process (a PID namespace outside its own)");
   if (uint32_t cap = options_.access.slot_cap(client.peer, daemon_uid_)) {
+    // A grant's processes count together, a user's outside grants together.
+    auto same_holder = [&](const Client& c) {
+      return grant ? c.peer.grant == client.peer.grant : c.peer.grant.empty() && c.uid == client.uid;
+    };
     uint32_t held = static_cast<uint32_t>(std::count_if(registry_.clients().begin(), registry_.clients().end(),
-        [&](const auto& e) { return e.second.uid == client.uid && e.second.gpu == uuid && e.second.slot >= 0; }));
+        [&](const auto& e) { return same_holder(e.second) && e.second.gpu == uuid && e.second.slot >= 0; }));
     if (held >= cap)
-      return reply_error(client, EDQUOT, "uid " + std::to_string(client.uid) + " already holds " + std::to_string(held) +
-                                             " slots on GPU " + uuid + " (max_slots_per_user; docs/security.md)");
+      return reply_error(client, EDQUOT, (grant ? "grant " + grant->request.name : "uid " + std::to_string(client.uid)) +
+                                             " already holds " + std::to_string(held) + " slots on GPU " + uuid +
+                                             " (max_slots_per_user; docs/security.md)");
   }
   GpuScheduler* g = gpu_for_hello(uuid);
   if (!g) return reply_error(client, ENOSPC, "tandemd tracks " + std::to_string(options_.limits.gpus) + " GPUs, all in use");
@@ -88,8 +108,16 @@ bool Server::handle_hello(Client& client, const msg::Hello& hello) {
     g->segment().shm()->gpu_total_bytes = hello.gpu_total_bytes;
     known_trusted = trusted;
   }
-  TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {})", client.pid, role, uuid, slot);
-  const msg::HelloOk ok{slot, options_.scheduler.period_ns / 1000};
+  // A grant's memory limit is its quota, set here: the process's own TANDEM_MEM_LIMIT cannot
+  // raise it (the assigned quota overrides it).
+  if (grant && !grant->request.memory_limit.empty()) {
+    tandem_shm_header* shm = g->segment().shm();
+    __atomic_store_n(&shm->slots[slot].assigned_quota_bytes,
+                     memory_size_bytes(grant->request.parsed_limit, shm->gpu_total_bytes), __ATOMIC_RELEASE);
+  }
+  TANDEM_LOG_INFO("pid {} registered as {} on GPU {} (slot {}{}{})", client.pid, role, uuid, slot,
+                  grant ? ", grant " : "", grant ? grant->request.name : "");
+  const msg::HelloOk ok{slot, options_.scheduler.period_ns / 1000, role};
   // The descriptors (the GPU's sealed, read-only segment, then the client's own page) need
   // their own sendmsg: sent directly, after every queued reply (checked above), on the
   // non-blocking socket; a client whose socket cannot take them is dropped.
@@ -111,7 +139,7 @@ bool Server::handle_quota(Client& client, const msg::QuotaRequest& request) {
   const MemorySize& size = request.parsed;
   for (const auto& [fd, c] : registry_.clients()) {
     if (c.pid != pid || c.slot < 0) continue;
-    if (std::string why = options_.access.quota_refusal(client.peer, c.uid); !why.empty())
+    if (std::string why = options_.access.quota_refusal(client.peer, c.peer); !why.empty())
       return reply_error(client, EPERM, "pid " + std::to_string(pid) + ": " + why);
     GpuScheduler* g = gpu(c.gpu);
     tandem_shm_header* shm = g->segment().shm();
@@ -124,6 +152,49 @@ bool Server::handle_quota(Client& client, const msg::QuotaRequest& request) {
     return reply(client, MessageType::quota_reply, msg::encode(msg::QuotaReply{pid, bytes, c.gpu}));
   }
   return reply_error(client, ESRCH, "pid " + std::to_string(pid) + " is not a registered client with a GPU");
+}
+
+nlohmann::json Server::grants_json() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const GrantRecord& g : grants_.all()) {
+    size_t clients = static_cast<size_t>(std::count_if(registry_.clients().begin(), registry_.clients().end(),
+                                                       [&](const auto& e) { return e.second.peer.grant == g.request.name; }));
+    out.push_back({{"name", g.request.name}, {"role", g.request.role}, {"gpus", g.request.gpus},
+                   {"memory_limit", g.request.memory_limit}, {"socket", g.socket_path}, {"clients", clients}});
+  }
+  return out;
+}
+
+bool Server::node_admin(const PeerIdentity& peer) const {
+  if (!peer.grant.empty()) return false;
+  return peer.via_admin_socket || (peer.host_namespaces && (peer.uid == 0 || peer.uid == daemon_uid_));
+}
+
+// Creates a grant (or states it again): its socket, for the device plugin to mount into the
+// allocation's container. At the cap the oldest grant no process is connected through gives way.
+bool Server::handle_grant(Client& client, const msg::GrantRequest& request) {
+  if (!node_admin(client.peer))
+    return reply_error(client, EPERM, "only tandemd's node administrators (its admin socket; root or tandemd's uid "
+                                      "in tandemd's namespaces) may create grants");
+  if (!grants_.find(request.name) && grants_.size() >= GrantTable::kMaxGrants) {
+    const GrantRecord* oldest = nullptr;
+    for (const GrantRecord& g : grants_.all()) {
+      bool used = std::any_of(registry_.clients().begin(), registry_.clients().end(),
+                              [&](const auto& e) { return e.second.peer.grant == g.request.name; });
+      if (!used && (!oldest || g.created_seq < oldest->created_seq)) oldest = &g;
+    }
+    if (oldest) {
+      TANDEM_LOG_INFO("grant {} removed, the oldest unused, for grant {}", oldest->request.name, request.name);
+      grants_.remove(std::string(oldest->request.name));
+    }
+  }
+  std::string error;
+  const GrantRecord* g = grants_.put(request, error);
+  if (!g) return reply_error(client, ENOSPC, error);
+  TANDEM_LOG_INFO("grant {}: {} on GPU {}{}, memory {}, at {}", request.name, request.role, request.gpus.front(),
+                  request.gpus.size() > 1 ? " and others" : "",
+                  request.memory_limit.empty() ? "unlimited" : request.memory_limit, g->socket_path);
+  return reply(client, MessageType::grant_reply, msg::encode(msg::GrantReply{g->request.name, g->socket_path}));
 }
 
 GpuScheduler* Server::gpu(const std::string& uuid) {
@@ -189,7 +260,8 @@ std::string Server::status_json() const {
     const char* pidfd = c.pidfd < 0 ? "none" : c.peer.pidfd_from_peer ? "SO_PEERPIDFD" : "pidfd_open";
     clients.push_back({{"pid", c.pid}, {"uid", c.uid}, {"gid", c.peer.gid}, {"role", c.role},
                        {"container", {{"runtime", k.runtime}, {"id", k.id}, {"pod", k.pod}, {"cgroup", k.cgroup}}},
-                       {"trust_domain", c.trust_domain}, {"pidfd", pidfd},
+                       {"trust_domain", c.trust_domain}, {"pidfd", pidfd}, {"grant", c.peer.grant},
+                       {"host_namespaces", c.peer.host_namespaces},
                        {"connected_s", static_cast<double>(now - c.connected_ns) / 1e9}});
   }
   const auto pooled = pool_bytes_by_slot();
@@ -299,7 +371,7 @@ std::string Server::status_json() const {
                          {{"clients", held.clients}, {"gpus", held.gpus}, {"pool_chunks", held.pool_chunks},
                           {"passed_fds", held.passed_fds}, {"orphan_processes", held.orphan_processes},
                           {"reply_bytes", held.reply_bytes}}}}},
-                      {"clients", clients},
+                      {"clients", clients}, {"grants", grants_json()},
                       {"jobs", jobs_json()}};
   return json_text(j);
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "access_policy.h"
+#include "grants.h"
 #include "daemon_limits.h"
 #include "protocol.h"
 #include "gpu_scheduler.h"
@@ -39,6 +40,11 @@ struct ServerOptions {
   AccessPolicy access;  // roles, slot caps, trust domains; open() fills in the defaults
   // HOST:PORT of the Prometheus endpoint (docs/metrics.md); empty: none.
   std::string metrics_address;
+  // Where grants' sockets live (grants.h); empty: "grants" beside the socket.
+  std::string grant_dir;
+  // A second socket whose clients are node administrators (they may create grants): in
+  // Kubernetes a directory only tandemd's pod shares with its device plugin. Empty: none.
+  std::string admin_socket;
 };
 
 class Server {
@@ -80,11 +86,16 @@ class Server {
 
  private:
   // The loop (server_loop.cpp).
-  void accept_clients();
+  // Accepts on `listen_fd`: tandemd's socket, its admin socket (`admin`) or a grant's (`grant`).
+  void accept_clients(int listen_fd, const std::string& grant, bool admin);
+  // May create grants: a client of the admin socket, or root or tandemd's own uid in tandemd's
+  // namespaces on its main socket.
+  bool node_admin(const PeerIdentity& peer) const;
+  bool handle_grant(Client& client, const msg::GrantRequest& request);
   // Registers a connection whose peer the kernel named (takes `peer`'s pidfd).
   Client& admit(int fd, PeerIdentity&& peer);
   // accept() failed with EMFILE/ENFILE: shed the pending connection with the reserve fd.
-  void shed_connection(uint64_t now_ns);
+  void shed_connection(int listen_fd, uint64_t now_ns);
   // One client's turn: writes queued replies, reads (bounded), handles up to a few messages.
   void serve(Client& client, short revents);
   // Reads what the socket has, within the turn's byte budget. False: the peer is gone.
@@ -119,6 +130,7 @@ class Server {
   // ranks of a job (job_hold.h).
   void hold_collectives();
   nlohmann::json jobs_json() const;
+  nlohmann::json grants_json() const;
   nlohmann::json pool_status(const std::string& gpu) const;
   // Pooled bytes per (GPU, slot), from one pass over the clients (the status asks per slot).
   std::map<std::pair<std::string, int>, uint64_t> pool_bytes_by_slot() const;
@@ -133,6 +145,9 @@ class Server {
 
   ServerOptions options_;
   int listen_fd_ = -1;
+  int admin_fd_ = -1;
+  SocketPathOwner admin_owner_;
+  GrantTable grants_;
   SocketPathOwner socket_owner_;
   int reserve_fd_ = -1;          // an fd kept spare, closed to shed a connection at EMFILE
   uint64_t accept_paused_until_ = 0;

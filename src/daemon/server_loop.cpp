@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -21,6 +22,7 @@
 #include <variant>
 
 #include "daemon_limits.h"
+#include "grants.h"
 #include "log.h"
 #include "server.h"
 
@@ -61,6 +63,10 @@ Server::~Server() {
     close(listen_fd_);
     socket_owner_.release();
   }
+  if (admin_fd_ >= 0) {
+    close(admin_fd_);
+    admin_owner_.release();
+  }
   if (reserve_fd_ >= 0) close(reserve_fd_);
   for (int fd : wake_pipe_)
     if (fd >= 0) close(fd);
@@ -97,6 +103,17 @@ bool Server::open(std::string& error) {
   }
   reserve_fd_ = open_reserve_fd();
   if (!options_.metrics_address.empty() && !metrics_.open(options_.metrics_address, error)) return false;
+  if (!options_.admin_socket.empty()) {
+    make_parent_dir(options_.admin_socket);
+    if ((admin_fd_ = listen_unix(options_.admin_socket, 0600, error)) < 0) return false;
+    admin_owner_.claim(options_.admin_socket);
+  }
+  // Grants beside the socket unless configured; those recorded there come back (a restart).
+  const size_t slash = options_.socket_path.rfind('/');
+  grants_.set_dir(!options_.grant_dir.empty() ? options_.grant_dir
+                  : slash == std::string::npos ? std::string("grants")
+                                               : options_.socket_path.substr(0, slash) + "/grants");
+  if (size_t restored = grants_.restore()) TANDEM_LOG_INFO("{} grants opened again from {}", restored, grants_.dir());
   started_ns_ = monotonic_ns();
   TANDEM_LOG_INFO("tandemd listening on {} (policy {}, socket uid {} gid {} mode {:04o}; training: {}; inference: {}; "
                   "batch-inference: {})",
@@ -148,6 +165,11 @@ void Server::run() {
     }
     const size_t metrics_first = fds.size();  // the metrics endpoint's sockets follow the clients'
     metrics_.add_poll_fds(fds, now);
+    // Then the admin socket and the grants' sockets (accepted like the main one).
+    const size_t listeners_first = fds.size();
+    fds.push_back({listening ? admin_fd_ : -1, POLLIN, 0});
+    for (const GrantRecord& g : grants_.all()) fds.push_back({listening ? g.listen_fd : -1, POLLIN, 0});
+    const size_t metrics_count = listeners_first - metrics_first;
     uint64_t wait = backlog ? 0 : next_tick - now;
     if (!listening && accept_paused_until_ - now < wait) wait = accept_paused_until_ - now;
     timespec timeout{static_cast<time_t>(wait / 1000000000ull), static_cast<long>(wait % 1000000000ull)};
@@ -157,9 +179,15 @@ void Server::run() {
       break;
     }
     if (n < 0) continue;
-    if (fds[0].revents & POLLIN) accept_clients();
-    metrics_.serve(fds.data() + metrics_first, fds.size() - metrics_first, monotonic_ns(),
-                   [this] { return metrics_text(); });
+    if (fds[0].revents & POLLIN) accept_clients(listen_fd_, {}, false);
+    if (fds[listeners_first].revents & POLLIN) accept_clients(admin_fd_, {}, true);
+    // By name, not by position: a grant accepted into may not be the only change this turn.
+    std::vector<std::string> ready;
+    for (size_t i = listeners_first + 1; i < fds.size(); ++i)
+      if (fds[i].revents & POLLIN) ready.push_back(grants_.all()[i - listeners_first - 1].request.name);
+    for (const std::string& name : ready)
+      if (const GrantRecord* g = grants_.find(name)) accept_clients(g->listen_fd, name, false);
+    metrics_.serve(fds.data() + metrics_first, metrics_count, monotonic_ns(), [this] { return metrics_text(); });
     tick_due_ns_ = next_tick;
     const size_t count = ids.size();
     size_t served = 0;
@@ -178,13 +206,13 @@ void Server::run() {
   }
 }
 
-void Server::accept_clients() {
+void Server::accept_clients(int listen_fd, const std::string& grant, bool admin) {
   for (size_t k = 0; k < limits::kMaxAcceptsPerTurn; ++k) {
     // Non-blocking: no write to a client that does not read may ever stall the loop.
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE) shed_connection(monotonic_ns());
+      if (errno == EMFILE || errno == ENFILE) shed_connection(listen_fd, monotonic_ns());
       return;
     }
     fd_exhaustion_logged_ = false;
@@ -195,10 +223,17 @@ void Server::accept_clients() {
       close(fd);
       continue;
     }
+    peer.grant = grant;  // the socket it came through is who it is
+    peer.via_admin_socket = admin;
     const ucred cred{peer.pid, peer.uid, peer.gid};
     const DaemonLimits& cap = options_.limits;
+    // A grant's clients count against the grant, whatever their uid (root's exemption is for
+    // the host's root).
+    const size_t of_grant = grant.empty() ? 0 : static_cast<size_t>(std::count_if(
+        registry_.clients().begin(), registry_.clients().end(), [&](const auto& e) { return e.second.peer.grant == grant; }));
     bool too_many = registry_.size() >= cap.connections ||
-                    (cred.uid != 0 && registry_.connections_of(cred.uid) >= cap.connections_per_uid);
+                    (!grant.empty() && of_grant >= cap.connections_per_uid) ||
+                    (grant.empty() && cred.uid != 0 && registry_.connections_of(cred.uid) >= cap.connections_per_uid);
     if (too_many) {
       if (!cap_refusal_logged_)
         TANDEM_LOG_WARN("connection of pid {} uid {} refused: {} clients connected ({} of its uid); caps {} and {} per uid",
@@ -227,7 +262,7 @@ Client& Server::admit(int fd, PeerIdentity&& peer) {
   return c;
 }
 
-void Server::shed_connection(uint64_t now_ns) {
+void Server::shed_connection(int listen_fd, uint64_t now_ns) {
   if (!fd_exhaustion_logged_)
     TANDEM_LOG_WARN("out of file descriptors ({}): new connections are closed at once until some are freed",
                     std::strerror(errno));
@@ -237,7 +272,7 @@ void Server::shed_connection(uint64_t now_ns) {
   if (reserve_fd_ >= 0) {
     close(reserve_fd_);
     reserve_fd_ = -1;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) close(fd);
     reserve_fd_ = open_reserve_fd();
     if (fd >= 0 && reserve_fd_ >= 0) return;
@@ -401,6 +436,7 @@ bool Server::handle(Client& client, const MessageHeader& header, const std::stri
           else if constexpr (std::is_same_v<T, msg::PoolRegister>) return handle_pool_register(client, m, fd);
           else if constexpr (std::is_same_v<T, msg::PoolAcquire>) return handle_pool_acquire(client, m);
           else if constexpr (std::is_same_v<T, msg::PoolRelease>) return handle_pool_release(client, m);
+          else if constexpr (std::is_same_v<T, msg::GrantRequest>) return handle_grant(client, m);
           else {
             static_assert(std::is_same_v<T, msg::StatusRequest>, "a request without a handler");
             return reply(client, MessageType::status_reply, status_json());

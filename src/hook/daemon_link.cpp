@@ -18,6 +18,7 @@
 #include "link_check.h"
 #include "log.h"
 #include "messages.h"
+#include "progress.h"
 #include "protocol.h"
 #include "settings.h"
 
@@ -130,9 +131,17 @@ void note_refusal(const char* path, const std::string& reply) noexcept {
     const int error_number = e.error_number;
     const std::string& message = e.message.empty() ? reply : e.message;
     if (error_number == EACCES) {
+      // A protected role refused is registered as a filler, gated, never ungated: a process
+      // that asks for more than it may have gets less, not nothing.
+      const uint32_t asked = g_role.load(std::memory_order_relaxed);
+      if (asked == TANDEM_ROLE_TRAINING || asked == TANDEM_ROLE_INFERENCE) {
+        g_role.store(TANDEM_ROLE_BATCH_INFERENCE, std::memory_order_relaxed);
+        TANDEM_LOG_WARN("tandemd on {} refused role {}: {}; registering as batch-inference (gated)", path,
+                        setting_text(SettingId::TANDEM_ROLE), message);
+        return;
+      }
       g_role_refused.store(true, std::memory_order_release);
-      TANDEM_LOG_WARN("tandemd on {} refused role {}: {}; running ungated", path, setting_text(SettingId::TANDEM_ROLE),
-                      message);
+      TANDEM_LOG_WARN("tandemd on {} refused role {}: {}; running ungated", path, msg::role_name(asked), message);
       return;
     }
     std::lock_guard<std::mutex> lock(mutex);
@@ -169,7 +178,7 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
     // tandemd takes the pid from the kernel; "pid" stays for older daemons, which compared it.
     msg::Hello hello;
     hello.pid = getpid();
-    hello.role = setting_text(SettingId::TANDEM_ROLE);
+    hello.role = msg::role_name(g_role.load(std::memory_order_relaxed));
     hello.gpu = hex;
     hello.gpu_total_bytes = gpu_total_bytes;
     if (const JobIdentity& job = job_identity(); job.ranks > 1) {
@@ -188,7 +197,8 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
     }
     if (h.type != static_cast<uint32_t>(MessageType::hello_ok)) return give_up("the reply to hello is not hello_ok");
     const char* why = nullptr;
-    int slot = hello_slot(reply, &why);
+    std::string registered_role;
+    int slot = hello_slot(reply, registered_role, &why);
     if (slot < 0) return give_up(why);
     if (received != 2) return give_up("hello_ok did not bring the segment and the client page");
     const tandem_shm_header* shm = nullptr;
@@ -204,7 +214,14 @@ bool link_to_daemon(const unsigned char uuid[16], uint64_t gpu_total_bytes) noex
     g_shm.store(shm, std::memory_order_release);
     g_slot.store(&shm->slots[slot], std::memory_order_release);
     count(gate_counters().daemon_links);
-    TANDEM_LOG_INFO("registered with tandemd: slot {}, role {}", slot, setting_text(SettingId::TANDEM_ROLE));
+    // The role tandemd registered (a grant's socket gives its own, whatever was asked).
+    if (const uint32_t code = role_code(registered_role.c_str());
+        !registered_role.empty() && code != TANDEM_ROLE_NONE && code != g_role.load(std::memory_order_relaxed)) {
+      TANDEM_LOG_WARN("tandemd on {} registered this process as {}, not {} (the role of its grant)", path,
+                      registered_role, msg::role_name(g_role.load(std::memory_order_relaxed)));
+      g_role.store(code, std::memory_order_relaxed);
+    }
+    TANDEM_LOG_INFO("registered with tandemd: slot {}, role {}", slot, msg::role_name(g_role.load(std::memory_order_relaxed)));
     return true;
   } catch (...) {
     return give_up("the reply could not be read");

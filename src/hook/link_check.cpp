@@ -7,7 +7,7 @@
 
 namespace tandem::hook {
 
-int hello_slot(const std::string& payload, const char** why) noexcept {
+int hello_slot(const std::string& payload, std::string& role, const char** why) noexcept {
   try {
     msg::HelloOk ok;
     msg::Refusal refused;
@@ -21,6 +21,7 @@ int hello_slot(const std::string& payload, const char** why) noexcept {
     }
     // This library registers with a GPU: "no slot" (-1) is no answer to its hello.
     if (ok.slot < 0) return *why = msg::kHelloOkSlotRange, -1;
+    role = ok.role;
     return ok.slot;
   } catch (...) {
     return *why = "the reply could not be read", -1;

@@ -13,7 +13,7 @@ namespace tandem::hook {
 
 // The slot index in a hello_ok payload (msg::HelloOk); -1 (and `why`) when it is not a valid
 // one with a slot in [0, TANDEM_MAX_SLOTS).
-int hello_slot(const std::string& payload, const char** why) noexcept;
+int hello_slot(const std::string& payload, std::string& role, const char** why) noexcept;
 
 // True when `fd` is a memfd of exactly `bytes`, sealed at least against shrinking and growing.
 bool sealed_memfd_of_size(int fd, size_t bytes, const char** why) noexcept;

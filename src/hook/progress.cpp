@@ -30,7 +30,7 @@
 namespace tandem::hook {
 
 ProgressNotes g_notes;
-uint32_t g_role = TANDEM_ROLE_NONE;
+std::atomic<uint32_t> g_role{TANDEM_ROLE_NONE};
 
 namespace {
 

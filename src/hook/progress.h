@@ -27,7 +27,9 @@ struct ProgressNotes {
   std::atomic<CUcontext> context{nullptr};     // published by the first launch
 };
 extern ProgressNotes g_notes;
-extern uint32_t g_role;  // TANDEM_ROLE_*, fixed at bootstrap
+// TANDEM_ROLE_*, set at bootstrap; registration may change it once (a refused protected role
+// is registered as batch-inference, a grant's socket registers its own role: docs/security.md).
+extern std::atomic<uint32_t> g_role;
 
 // A per-thread default stream, implicit (a null stream through a _ptsz entry) or the explicit
 // CU_STREAM_PER_THREAD handle, is the calling thread's own: only that thread can put a marker

@@ -19,6 +19,19 @@ std::string memory_limit(const SlotKind& kind, uint32_t slots) {
 
 }  // namespace
 
+std::string grant_name(std::vector<std::string> device_ids) {
+  std::sort(device_ids.begin(), device_ids.end());
+  device_ids.erase(std::unique(device_ids.begin(), device_ids.end()), device_ids.end());
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the sorted ids, each ended by a 0 byte
+  for (const std::string& id : device_ids) {
+    for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0) * 1099511628211ull;
+  }
+  char name[24];
+  std::snprintf(name, sizeof name, "a%016llx", static_cast<unsigned long long>(h));
+  return name;
+}
+
 std::optional<ContainerGrant> grant_for(const std::vector<std::string>& device_ids, SlotResource r,
                                         const NodeSlots& slots, const AllocateOptions& options, std::string& error) {
   const SlotKind& kind = r == SlotResource::bubble ? slots.config().bubble : slots.config().slo;
@@ -53,9 +66,15 @@ std::optional<ContainerGrant> grant_for(const std::vector<std::string>& device_i
   g.envs["LD_PRELOAD"] = library;
   g.envs["TANDEM_ROLE"] = role_of(r);
   g.envs["TANDEM_MEM_LIMIT"] = memory_limit(kind, most);
-  g.envs["TANDEM_SOCKET"] = options.container_socket_dir + "/" + options.socket_name;
-  // Read-only: connecting to a socket needs no write access to its file system.
-  g.mounts.push_back({options.container_socket_dir, options.host_socket_dir, true});
+  g.tandemd_grant.name = grant_name(device_ids);
+  g.tandemd_grant.role = role_of(r);
+  g.tandemd_grant.gpus = gpus;
+  g.tandemd_grant.memory_limit = g.envs["TANDEM_MEM_LIMIT"];
+  // The grant's directory only, never tandemd's own socket: a process of the container reaches
+  // tandemd through its grant, which gives it the slot's rights and no more. Read-only:
+  // connecting to a socket needs no write access to its file system.
+  g.envs["TANDEM_SOCKET"] = options.container_socket_dir + "/tandemd.sock";
+  g.mounts.push_back({options.container_socket_dir, options.host_socket_dir + "/grants/" + g.tandemd_grant.name, true});
   g.mounts.push_back({options.container_library_dir, options.host_library_dir, true});
   return g;
 }

@@ -31,9 +31,12 @@ using namespace tandem::k8s;
 const char* kUsage =
     "usage: tandem-device-plugin [--socket TANDEMD_SOCKET] [--kubelet-dir DIR] [--pod-resources SOCKET]\n"
     "                            [--library-dir DIR] [--device-list-strategy envvar|cdi] [--poll-ms MS]\n"
-    "                            [--log LEVEL]\n"
-    "  --socket PATH          tandemd's socket (default: TANDEM_SOCKET, else /run/tandem/tandemd.sock); its\n"
-    "                         directory is what containers given a slot mount at /run/tandem\n"
+    "                            [--admin-socket PATH] [--log LEVEL]\n"
+    "  --socket PATH          tandemd's socket (default: TANDEM_SOCKET, else /run/tandem/tandemd.sock); a\n"
+    "                         container given slots mounts its grant's directory, DIR/grants/<name>\n"
+    "                         beside it, at /run/tandem (never tandemd's own socket)\n"
+    "  --admin-socket PATH    tandemd's admin socket, where grants are asked for (default: --socket,\n"
+    "                         which allows it to root in tandemd's namespaces only)\n"
     "  --kubelet-dir DIR      the kubelet's device-plugin directory, holding kubelet.sock; the plugin's\n"
     "                         sockets go there (default /var/lib/kubelet/device-plugins)\n"
     "  --pod-resources PATH   the kubelet's pod-resources socket, which says which slots pods hold\n"
@@ -135,6 +138,7 @@ int main(int argc, char** argv) {
     if (a == "--socket") tandemd_socket = value();
     else if (a == "--kubelet-dir") kubelet_dir = value();
     else if (a == "--pod-resources") pod_resources = value();
+    else if (a == "--admin-socket") options.grant_socket = value();
     else if (a == "--library-dir") options.host_library_dir = value();
     else if (a == "--device-list-strategy") {
       std::string s = value();
@@ -163,7 +167,7 @@ int main(int argc, char** argv) {
   while (kubelet_dir.size() > 1 && kubelet_dir.back() == '/') kubelet_dir.pop_back();
   if (pod_resources.empty()) pod_resources = directory_of(kubelet_dir) + "/pod-resources/kubelet.sock";
   options.host_socket_dir = directory_of(tandemd_socket);
-  options.socket_name = tandemd_socket.substr(tandemd_socket.rfind('/') + 1);
+  if (options.grant_socket.empty()) options.grant_socket = tandemd_socket;
 
   gpr_set_log_function(grpc_log);
   gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);

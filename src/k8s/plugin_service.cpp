@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <map>
 
+#include "ctl_common.h"
 #include "log.h"
+#include "messages.h"
 
 namespace tandem::k8s {
 
@@ -95,6 +97,14 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::
     if (!grant) {
       TANDEM_LOG_WARN("{}: Allocate refused: {}", name, error);
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(name) + ": " + error);
+    }
+    // tandemd makes the grant's socket before the container can look for it. One request,
+    // bounded: the kubelet's deadline is not tandemd's to spend.
+    std::string reply;
+    if (!tandem::ctl::try_ask(board_.options().grant_socket, MessageType::grant_request, msg::encode(grant->tandemd_grant),
+                              MessageType::grant_reply, 2000, reply, error)) {
+      TANDEM_LOG_WARN("{}: Allocate failed: tandemd did not grant {}: {}", name, grant->tandemd_grant.name, error);
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(name) + ": tandemd did not grant: " + error);
     }
     auto* out = response->add_container_responses();
     for (const auto& [key, value] : grant->envs) (*out->mutable_envs())[key] = value;

@@ -27,6 +27,7 @@ class SlotBoard {
   std::optional<std::vector<Device>> wait_for_change(SlotResource r, uint64_t& seen, std::chrono::milliseconds timeout);
   std::vector<Device> devices(SlotResource r);
   std::optional<ContainerGrant> grant(const std::vector<std::string>& ids, SlotResource r, std::string& error);
+  const AllocateOptions& options() const { return options_; }  // fixed at start
   // Wakes every waiter for good (the plugin is stopping).
   void stop();
   bool stopping();

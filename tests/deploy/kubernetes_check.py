@@ -194,7 +194,7 @@ def option(command, flag):
     return command[command.index(flag) + 1] if flag in command and command.index(flag) + 1 < len(command) else None
 
 
-def device_plugin_problems(ds_spec, host_paths, socket):
+def device_plugin_problems(ds_spec, host_paths, socket, daemon_command=()):
     problems = []
     say = problems.append
     plugin = next((c for c in ds_spec.get("containers", []) if c.get("name") == "device-plugin"), None)
@@ -215,6 +215,15 @@ def device_plugin_problems(ds_spec, host_paths, socket):
     plugin_socket = option(command, "--socket")
     if socket and (plugin_socket != socket or host_dir(os.path.dirname(socket)) is None):
         say(f"DaemonSet: the device plugin's --socket {plugin_socket} is not tandemd's {socket} from the node")
+    # Grants are asked for on tandemd's admin socket, in a volume only the two containers share
+    # (an emptyDir): no pod can reach it (docs/security.md).
+    admin = option(command, "--admin-socket")
+    daemon = next((c for c in ds_spec.get("containers", []) if c.get("name") == "tandemd"), {})
+    if not admin or admin != option(list(daemon_command), "--admin-socket"):
+        say(f"DaemonSet: the device plugin's --admin-socket {admin} is not tandemd's --admin-socket "
+            f"{option(list(daemon_command), '--admin-socket')}")
+    elif "emptyDir" not in (mount_of(ds_spec, plugin, admin) or {}) or "emptyDir" not in (mount_of(ds_spec, daemon, admin) or {}):
+        say(f"DaemonSet: the admin socket {admin} must be in an emptyDir mounted by tandemd and the device plugin only")
     library = option(command, "--library-dir") or "/var/lib/tandem/lib"
     if library != host_paths.get("library"):
         say(f"DaemonSet: the device plugin's --library-dir {library} is not the library hostPath "
@@ -343,7 +352,7 @@ def reference_problems(manifests, build):
                 if socket and config.get("socket", socket) != socket:
                     say(f"ConfigMap: tandemd's socket {config.get('socket')} is not the probes' {socket}")
 
-    problems += device_plugin_problems(ds_spec, host_paths, socket)
+    problems += device_plugin_problems(ds_spec, host_paths, socket, command)
 
     # The Service selects the DaemonSet's pods and names its port; the ServiceMonitor the Service.
     services = [d for _, d in objects(manifests, "Service")]
@@ -385,7 +394,8 @@ def reference_problems(manifests, build):
                     say(f"{p}: {name_of(d)} is in namespace {ns!r}, not the kustomization's {k.get('namespace')!r}")
 
     # The example pods: tandem's variables, the node's library and socket, the socket's group;
-    # a pod given a slot gets the role, preload, socket and library from the device plugin.
+    # a pod given a slot gets the role, preload, its grant's socket and library from the device
+    # plugin, and no group of tandem's.
     settings = json.loads(subprocess.run([os.path.join(build, "bin", "tandemctl"), "settings", "--json"],
                                          capture_output=True, text=True, timeout=10, check=True).stdout)
     known = {s["name"]: s for s in settings["settings"]}
@@ -419,9 +429,9 @@ def reference_problems(manifests, build):
                 if name in env:
                     say(f"{path}: {name} is set by the device plugin's Allocate for a pod given a slot; leave it out")
             group = config.get("socket_group")
-            if group and int(group) not in spec.get("securityContext", {}).get("supplementalGroups", []):
-                say(f"{path}: a pod given a slot reaches tandemd's socket only with its group {group} in "
-                    f"supplementalGroups")
+            if group and int(group) in spec.get("securityContext", {}).get("supplementalGroups", []):
+                say(f"{path}: a pod given a slot reaches tandemd through its grant: it needs no socket group "
+                    f"{group} in supplementalGroups (and should not have the group trusted with training)")
     problems += descheduler_problems(manifests, exported_metrics(), fillers)
     for path, d in pods:
         if any(slot_resources(c) for c in containers(pod_spec(d))):
@@ -561,8 +571,11 @@ BREAKAGES = [
      lambda m: plugin_container(m)["volumeMounts"].pop(1), "--kubelet-dir"),
     ("a slot pod setting its own role", lambda m: slot_env(m, "filler-pod.yaml").append(
         {"name": "TANDEM_ROLE", "value": "batch-inference"}), "set by the device plugin"),
-    ("a slot pod without the socket's group", lambda m: first(m, "Pod", os.path.join("examples", "filler-pod.yaml"))[
-        "spec"]["securityContext"].pop("supplementalGroups"), "supplementalGroups"),
+    ("a slot pod with the socket's group", lambda m: first(m, "Pod", os.path.join("examples", "filler-pod.yaml"))[
+        "spec"]["securityContext"].update(supplementalGroups=[2000]), "supplementalGroups"),
+    ("a device plugin asking for grants on another socket",
+     lambda m: plugin_command(m).__setitem__(plugin_command(m).index("--admin-socket") + 1, "/run/other/x.sock"),
+     "--admin-socket"),
     ("a pod asking for both slots", lambda m: first(m, "Pod", os.path.join("examples", "inference-pod.yaml"))["spec"][
         "containers"][0]["resources"]["limits"].update({"tandem.io/bubble": 1}), "one of them"),
     ("a priority class that does not exist", lambda m: first(m, "Pod", os.path.join("examples", "filler-pod.yaml"))[

@@ -13,6 +13,9 @@ usage: containers_e2e.py BUILD_DIR CASE
           with the host's tandemd under their host pids, named by their podman containers, and
           the filler is gated in training's bubbles (training keeps >= 0.95 of Exclusive; the
           same filler without tandem slows it, so the containers do contend)
+  pod-rights  a pod given one bubble slot, as root and as uid 1000 with the socket's and the
+          training group, asks for training and tries to set training's quota to 1 MiB: it is
+          gated as its grant's filler, the quota is unchanged, training finishes
 
 What stands in for the NVIDIA container runtime, which a real GPU node has: the simulated
 driver mounted and put on LD_LIBRARY_PATH (the runtime mounts the real one), the host's
@@ -50,10 +53,15 @@ class Podman:
     def __init__(self, env, conf):
         self.env, self.run_env = env, dict(os.environ, CONTAINERS_CONF=conf)
 
-    def run(self, image, *command, envs=None, mounts=(), name="c", timeout=60, device_env=None):
+    def run(self, image, *command, envs=None, mounts=(), name="c", timeout=60, device_env=None, user=None, groups=()):
         """`command` in a container of `image`, with `envs` and `mounts` ((host, container, ro)) and
-        the stand-ins for the NVIDIA runtime; a Popen, its container id in self.cid(name)."""
+        the stand-ins for the NVIDIA runtime, as `user` (uid[:gid]) with supplementary `groups`;
+        a Popen, its container id in self.cid(name)."""
         args = ["podman", "run", "--rm", "--cidfile", self.cidfile(name)]
+        if user:
+            args += ["--user", user]
+        for g in groups:
+            args += ["--group-add", str(g)]
         for k, v in (envs or {}).items():
             args += ["-e", f"{k}={v}"]
         for host, inside, ro in mounts:
@@ -108,6 +116,69 @@ def allocate_bubble_slot(kubelet, uuid):
     return answer
 
 
+TRAINING_GID = 4242  # the group tandemd.json gives training to (docs/security.md: not root's)
+
+
+def node(env, lib_dir):
+    """tandemd (training for TRAINING_GID), a stand-in kubelet and the device plugin."""
+    config = os.path.join(env.tmp, "tandemd.json")
+    with open(config, "w") as f:
+        json.dump({"roles": {"training": [f"group:{TRAINING_GID}"]}}, f)
+    d = env.popen([os.path.join(env.build, "bin", "tandemd"), "--foreground", "--config", config, "--socket", env.socket,
+                   "--log", "warn"], env=env.base, stderr=subprocess.PIPE, text=True)
+    check(wait_for(lambda: os.path.exists(env.socket), 5), "tandemd started")
+    kubelet = Kubelet(env)
+    plugin = env.popen([os.path.join(env.build, "bin", "tandem-device-plugin"), "--socket", env.socket, "--kubelet-dir",
+                        kubelet.dir, "--library-dir", lib_dir, "--log", "warn"], env=env.base)
+    return d, kubelet, plugin
+
+
+def case_pod_rights(env):
+    """A pod given one tandem.io/bubble slot, made as the kubelet makes it (its own mount and PID
+    namespaces holding only Allocate's mounts, Allocate's environment), once as root and once as
+    a non-root uid with the socket's group and the group trusted with training: it asks for
+    training and tries to set training's quota to 1 MiB. It is registered and gated as a filler
+    through its grant, holds no protected role, the quota is unchanged, training finishes."""
+    pm = Podman(env, images(env.build))
+    run_dir, lib_dir = os.path.join(env.tmp, "run"), os.path.join(env.tmp, "lib")
+    os.makedirs(run_dir)
+    os.makedirs(lib_dir)
+    shutil.copy(os.path.join(env.build, "lib", "libtandem.so"), lib_dir)
+    env.base["TANDEM_SOCKET"] = env.socket = os.path.join(run_dir, "tandemd.sock")
+    d, kubelet, plugin = node(env, lib_dir)
+    t = pm.run("localhost/tandem-app:local", f"{SIM_BIN}/train-sim", "--seconds", "25", "--gap-us", "20000",
+               name="training", envs={"TANDEM_ROLE": "training"}, mounts=[(run_dir, "/run/tandem", True)],
+               device_env="0", groups=[TRAINING_GID])
+    status = env.status_when(lambda s: any(c["role"] == "training" for c in s["clients"]), [t], 15)
+    check(bool(status), "the training container registered as training (its configured group)")
+    train_pid = [c["pid"] for c in status["clients"] if c["role"] == "training"][0]
+    uuid = status["gpus"][0]["uuid"]
+    answer = allocate_bubble_slot(kubelet, uuid)
+    envs = dict(answer["envs"], TANDEM_ROLE="training")  # the pod's own environment: anything it likes
+    mounts = [(m["host_path"], m["container_path"], m["read_only"]) for m in answer["mounts"]]
+    check(all(not h.startswith(run_dir + "/tandemd") and h != run_dir for h, _, _ in mounts),
+          f"Allocate mounts no tandemd main socket: {mounts}")
+    for who, user, groups in (("root", None, [TRAINING_GID, 0]), ("uid 1000", "1000:1000", [TRAINING_GID, 0])):
+        script = (f"{SIM_BIN}/tandemctl mem --set {train_pid} 1M --socket /run/tandem/tandemd.sock; echo quota-rc $? >&2; "
+                  f"exec {SIM_BIN}/infer-sim --seconds 3")
+        f = pm.run("localhost/tandem-base:bookworm", "sh", "-c", script, name=f"pod-{who.replace(' ', '')}", envs=envs,
+                   mounts=mounts, user=user, groups=groups)
+        seen = env.status_when(lambda s: any(c["grant"] for c in s["clients"]), [f], 15)
+        out, err = f.communicate(timeout=60)
+        check(f.returncode == 0, f"the pod as {who} ran ({err[-600:]})")
+        pods = [c for c in (seen or {}).get("clients", []) if c["grant"]]
+        check(len(pods) == 1 and pods[0]["role"] == "batch-inference" and not pods[0]["host_namespaces"],
+              f"the pod as {who} asked for training and is registered as its grant's filler: {pods}")
+        check("quota-rc 1" in err and "may set the quota of its grant's processes only" in err,
+              f"the pod as {who} could not set training's quota: {[l for l in err.splitlines() if 'quota' in l]}")
+        slot = [s for g in env.status()["gpus"] for s in g["slots"] if s["pid"] == train_pid]
+        check(slot and slot[0]["assigned_quota_bytes"] == 0, f"training's quota is unchanged: {slot}")
+    tr, _ = finish(t, 60)
+    check(tr["iters_per_s"] > 0, f"training finished ({tr['iters_per_s']:.1f} it/s)")
+    for p in (d, plugin):
+        p.terminate()
+
+
 def case_gated(env):
     pm = Podman(env, images(env.build))
     run_dir, lib_dir = os.path.join(env.tmp, "run"), os.path.join(env.tmp, "lib")
@@ -119,15 +190,14 @@ def case_gated(env):
     train_args = ("--seconds", "3", "--gap-us", "20000")  # ~40% bubbles: room for bubble slots
     filler_args = ("--seconds", "3")
     training_mounts = [(run_dir, "/run/tandem", True)]
-    d = env.daemon()
-    kubelet = Kubelet(env)
-    plugin = env.popen([os.path.join(env.build, "bin", "tandem-device-plugin"), "--socket", socket, "--kubelet-dir",
-                        kubelet.dir, "--library-dir", lib_dir, "--log", "warn"], env=env.base)
+    d, kubelet, plugin = node(env, lib_dir)
     # The training container: the application image (the preload in /etc/ld.so.preload), the role,
-    # the socket's directory; in a shell, which says the pid the container gives it.
+    # the socket's directory (a hostPath its namespace's policy allows), the group tandemd's
+    # configuration trusts with training (root in a container is not tandemd's own user); in a
+    # shell, which says the pid the container gives it.
     t = pm.run("localhost/tandem-app:local", "sh", "-c", f"echo inside-pid $$ >&2; exec {SIM_BIN}/train-sim "
                "--seconds 10 --gap-us 20000", name="training", envs={"TANDEM_ROLE": "training"},
-               mounts=training_mounts, device_env="0")
+               mounts=training_mounts, device_env="0", groups=[TRAINING_GID])
     status = wait_for(lambda: (s := env.status()) and s["gpus"] and s, 15)
 
     check(bool(status), "the training container registered with the host's tandemd")
@@ -146,7 +216,7 @@ def case_gated(env):
                                  envs={"TANDEM_DISABLE": "1"}, device_env="0"))
         t = pm.run("localhost/tandem-app:local", "sh", "-c", f"echo inside-pid $$ >&2; exec {SIM_BIN}/train-sim "
                    + " ".join(train_args), name=f"training{r}", envs={"TANDEM_ROLE": "training"},
-                   mounts=training_mounts, device_env="0")
+                   mounts=training_mounts, device_env="0", groups=[TRAINING_GID])
         f = pm.run("localhost/tandem-base:bookworm", f"{SIM_BIN}/infer-sim", *filler_args, name=f"filler{r}",
                    envs=envs, mounts=mounts)
         seen = wait_for(lambda: (s := env.status()) and len(s["clients"]) >= 2 and s, 5)
@@ -184,4 +254,4 @@ def case_gated(env):
     plugin.terminate()
 
 
-run_case({"images": case_images, "gated": case_gated})
+run_case({"images": case_images, "gated": case_gated, "pod-rights": case_pod_rights})

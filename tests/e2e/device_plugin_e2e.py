@@ -177,8 +177,15 @@ def allocate(env):
           "role batch-inference, a slot's memory (4 GiB)")
     check(envs["LD_PRELOAD"] == "/opt/tandem/lib/libtandem.so" and envs["TANDEM_SOCKET"] == "/run/tandem/tandemd.sock",
           "the preload and tandemd's socket, as the container sees them")
-    check(mounts["/run/tandem"]["host_path"] == env.tmp and mounts["/run/tandem"]["read_only"] and
-          mounts["/opt/tandem/lib"]["host_path"] == "/var/lib/tandem/lib", "the socket's directory and the library mounted")
+    grant_dir = mounts["/run/tandem"]["host_path"]
+    check(os.path.dirname(grant_dir) == os.path.join(env.tmp, "grants") and mounts["/run/tandem"]["read_only"] and
+          mounts["/opt/tandem/lib"]["host_path"] == "/var/lib/tandem/lib",
+          f"the grant's directory (never tandemd's socket's) and the library mounted: {grant_dir}")
+    grants = {g["name"]: g for g in env.status()["grants"]}
+    g = grants.get(os.path.basename(grant_dir), {})
+    check(g.get("role") == "batch-inference" and g.get("gpus") == [uuid] and g.get("memory_limit") == str(4 << 30) and
+          os.path.exists(os.path.join(grant_dir, "tandemd.sock")),
+          f"tandemd made the grant: the slot's role, GPU and memory, its socket there: {g}")
     a = k.call(f"allocate {BUBBLE} {b0} {b1}")
     check(a["ok"] and a["envs"]["TANDEM_MEM_LIMIT"] == str(8 << 30), "two slots: twice the memory")
     bad = [f"{nvidia(uuid)}-s0", f"{nvidia(uuid)}-b8", f"{nvidia('0' * 32)}-b0", "GPU-nonsense", ""]

@@ -4,14 +4,15 @@ processes of a second local user, made for the test (useradd) and removed after 
 
   roles    the second user reaches the socket (mode 0666) but may not register as training or
            inference by default, only as batch-inference; a hooked program of that user asking
-           for training runs ungated and says so in one log line; with a config that allows it,
+           for training is registered as batch-inference (gated) and says so in one log line; with a config that allows it,
            training registers; it cannot change the first user's (root's) memory quota
   pool     pooled chunks do not cross uids: the second user's online inference does not take
            root's training memory (no handover, training's quota untouched) and does not get
            chunks root's exited process left; with a config joining both in one trust domain,
            it does take them (a handover)
   pidns    a hooked program in its own PID namespace (unshare --pid) registers and is shown
-           with its pid as tandemd sees it
+           with its pid as tandemd sees it; asking for training as root there, it is registered
+           as batch-inference (uid 0 outside tandemd's namespaces is not tandemd's own user)
 
 Needs root (useradd, unshare, a daemon of another user); otherwise it prints why and exits 77
 (ctest: skipped).
@@ -243,16 +244,21 @@ def case_roles(env, image, user):
         t, reply = ask_raw(env.socket, HELLO, hello("training"))
         check(t == HELLO_OK, f"root (tandemd's own uid) may register as training: {reply}")
 
-        # A hooked program of that user asking for training: runs ungated, one log line.
-        # (It registers after its first launch; `dirty` launches one, then waits for a line.)
+        # A hooked program of that user asking for training: registered as batch-inference, gated,
+        # never ungated; one log line. (It registers after its first launch; `dirty` launches one,
+        # then waits for a line.)
         p = probe(env, image, "dirty", 8, "training", user=user, pool=False)
         check(p.stdout.readline().startswith("freed"), f"a training program of uid {user.uid} runs")
+        s = env.status_when(lambda st: any(c["pid"] == p.pid for c in st["clients"]), [p])
+        roles = [c["role"] for c in (s or {}).get("clients", []) if c["pid"] == p.pid]
+        check(roles == ["batch-inference"], f"it is registered as a filler, gated: {roles}")
         time.sleep(1.5)  # were the refused role asked for again, each attempt (1 s) would log
         p.stdin.write("\n")
         p.stdin.flush()
         out, err = done(p, f"a training program of uid {user.uid}")
         refusals = [l for l in err.splitlines() if "refused role training" in l]
-        check(len(refusals) == 1, f"it said once that it runs ungated: {refusals or err[-400:]}")
+        check(len(refusals) == 1 and "registering as batch-inference (gated)" in refusals[0],
+              f"it said once that it runs as a filler: {refusals or err[-400:]}")
 
         # Root's training process; the other user may not change its quota.
         holder = probe(env, image, "hold", 8, "training")
@@ -261,7 +267,7 @@ def case_roles(env, image, user):
         ctl = subprocess.run([user.paths["tandemctl"], "mem", "--set", str(holder.pid), "1M",
                               "--socket", env.socket], user=user.uid, group=user.gid, extra_groups=[],
                              capture_output=True, text=True, timeout=10)
-        check(ctl.returncode == 1 and "only uid 0 or tandemd's quota admins" in ctl.stderr,
+        check(ctl.returncode == 1 and "only uid 0 in the process's own namespaces or tandemd's quota admins" in ctl.stderr,
               f"uid {user.uid} cannot set root's process's quota with tandemctl mem --set: {ctl.stderr.strip()}")
         t, reply = user.ask(env.socket, QUOTA, json.dumps({"pid": holder.pid, "size": "1M"}))
         check(t == ERROR and reply["errno"] == 1, f"nor with a raw request: {reply}")
@@ -339,8 +345,10 @@ def case_pidns(env, image, user):
         check(nspid[-1] == "1", f"it is pid 1 in its namespace, {host_pid} in tandemd's (NSpid {nspid})")
         s = wait_for(lambda: (st := env.status()) and any(c["pid"] == host_pid for c in st["clients"]) and st)
         clients = [c for c in (s or {}).get("clients", []) if c["pid"] == host_pid]
-        check(len(clients) == 1 and clients[0]["role"] == "training",
-              f"tandemd registered it under pid {host_pid}: {clients}")
+        # Root, but in its own PID and mount namespaces: not tandemd's own user, so its training
+        # role is refused and it is registered as a filler, gated (docs/security.md).
+        check(len(clients) == 1 and clients[0]["role"] == "batch-inference" and not clients[0]["host_namespaces"],
+              f"tandemd registered it under pid {host_pid}, as batch-inference: {clients}")
         check(slot_of(env, host_pid) is not None, "its GPU slot is shown with that pid")
         ctl = subprocess.run([os.path.join(env.build, "bin", "tandemctl"), "status", "--socket", env.socket],
                              capture_output=True, text=True, timeout=10)

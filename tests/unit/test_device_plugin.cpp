@@ -266,8 +266,15 @@ TEST_CASE("allocate: the GPU, the preload, the role and quota, the mounts; unkno
   CHECK(g->envs["LD_PRELOAD"] == "/opt/tandem/lib/libtandem.so");
   CHECK(g->envs["TANDEM_SOCKET"] == "/run/tandem/tandemd.sock");
   REQUIRE(g->mounts.size() == 2);
-  CHECK(g->mounts[0].host_path == "/run/tandem-node");
+  // The grant's directory, never tandemd's own socket's; the grant holds the slot's rights.
+  const std::string name = grant_name({device_id(kGpu, SlotResource::bubble, 1), device_id(kGpu, SlotResource::bubble, 0)});
+  CHECK(g->tandemd_grant.name == name);  // the same devices in any order: the same grant
+  CHECK(g->mounts[0].host_path == "/run/tandem-node/grants/" + name);
   CHECK(g->mounts[0].container_path == "/run/tandem");
+  CHECK(g->tandemd_grant.role == "batch-inference");
+  CHECK(g->tandemd_grant.gpus == std::vector<std::string>{kGpu});
+  CHECK(g->tandemd_grant.memory_limit == std::to_string(8ull << 30));
+  CHECK(grant_name({device_id(kGpu, SlotResource::bubble, 2)}) != name);
   CHECK(g->mounts[1].host_path == "/var/lib/tandem/lib");
   CHECK(g->cdi_devices.empty());
   // Two GPUs, CDI names: both named, the quota of the most slots held on one.
@@ -279,6 +286,7 @@ TEST_CASE("allocate: the GPU, the preload, the role and quota, the mounts; unkno
   CHECK(g->cdi_devices == std::vector<std::string>{"nvidia.com/gpu=" + nvidia_uuid(kGpu), "nvidia.com/gpu=" + nvidia_uuid(kOther)});
   CHECK(g->envs["TANDEM_ROLE"] == "inference");
   CHECK(g->envs["TANDEM_MEM_LIMIT"] == std::to_string(8ull << 30));
+  CHECK(g->tandemd_grant.gpus == std::vector<std::string>{kGpu, kOther});
   for (const std::string& bad : {device_id(kGpu, SlotResource::slo, 0), device_id(kGpu, SlotResource::bubble, 8),
                                  device_id(std::string(32, 'a'), SlotResource::bubble, 0), std::string("x")}) {
     CHECK_FALSE(grant_for({bad}, SlotResource::bubble, s, o, error));

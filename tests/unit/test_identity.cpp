@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -29,11 +30,28 @@ namespace {
 const std::string kId = "4f1c2a9d6e0b7c3a8d5e2f1b0c9a8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c";
 const std::string kGpu = "00112233445566778899aabbccddeeff";
 
+// A process in tandemd's own namespaces (the host's, for a tandemd on the host).
 PeerIdentity who(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
   PeerIdentity p;
   p.uid = uid;
   p.gid = gid;
   p.groups = std::move(groups);
+  p.host_namespaces = true;
+  return p;
+}
+
+// The same user in a container: its own mount (and PID or user) namespace.
+PeerIdentity in_container(uid_t uid, gid_t gid, uint64_t mount_ns, std::vector<gid_t> groups = {}) {
+  PeerIdentity p = who(uid, gid, std::move(groups));
+  p.host_namespaces = false;
+  p.mount_ns = mount_ns;
+  return p;
+}
+
+// A process that connected through grant `name`'s socket.
+PeerIdentity of_grant(const std::string& name, uid_t uid = 0) {
+  PeerIdentity p = in_container(uid, uid, 4242);
+  p.grant = name;
   return p;
 }
 
@@ -118,9 +136,10 @@ TEST_CASE("identity: by default only the daemon's uid and the socket's group may
   CHECK(policy.slot_cap(who(1000, 1000), 0) == 2);
 
   // Quotas: a process's own uid, root and the daemon's uid; others are refused.
-  CHECK(policy.quota_refusal(who(1000, 1000), 1000).empty());
-  CHECK(policy.quota_refusal(who(0, 0), 1000).empty());
-  CHECK(policy.quota_refusal(who(1000, 120), 0).find("quota admins (uid 0)") != std::string::npos);
+  CHECK(policy.quota_refusal(who(1000, 1000), who(1000, 1000)).empty());
+  CHECK(policy.quota_refusal(who(0, 0), who(1000, 1000)).empty());
+  CHECK(policy.quota_refusal(who(1000, 120), who(0, 0)).find("quota admins (uid 0 in tandemd's namespaces)") !=
+        std::string::npos);
 
   // Trust domains: one uid each unless joined.
   CHECK(policy.trust_domain(who(1000, 1000)) == "uid:1000");
@@ -131,6 +150,50 @@ TEST_CASE("identity: by default only the daemon's uid and the socket's group may
   CHECK(policy.trust_domain(who(1000, 1000)) == "team");
   CHECK(policy.trust_domain(who(1001, 1001, {300})) == "team");
   CHECK(policy.trust_domain(who(1002, 1002)) == "uid:1002");
+}
+
+TEST_CASE("identity: uid 0 in a container is not tandemd's own user", "[identity]") {
+  AccessPolicy policy;
+  policy.finalize(0, 0);  // tandemd as root, its socket root's group: the defaults of a node
+  const PeerIdentity root_pod = in_container(0, 0, 777), other_pod = in_container(0, 0, 778);
+  // No protected role, no quota administration, a slot cap, a pool of its own.
+  CHECK(policy.refusal(who(0, 0), "training").empty());
+  CHECK_FALSE(policy.refusal(root_pod, "training").empty());
+  CHECK_FALSE(policy.refusal(root_pod, "inference").empty());
+  CHECK(policy.refusal(root_pod, "batch-inference").empty());
+  CHECK_FALSE(policy.quota_refusal(root_pod, who(0, 0)).empty());        // the host's root's training
+  CHECK_FALSE(policy.quota_refusal(root_pod, other_pod).empty());         // another container's root
+  CHECK(policy.quota_refusal(root_pod, in_container(0, 0, 777)).empty());  // its own container's
+  CHECK(policy.quota_refusal(who(0, 0), root_pod).empty());                // the host's root administers
+  CHECK(policy.slot_cap(root_pod, 0) == 16);
+  CHECK(policy.trust_domain(root_pod) == "uid:0@mnt:777");
+  CHECK(policy.trust_domain(root_pod) != policy.trust_domain(other_pod));
+  CHECK(policy.trust_domain(root_pod) != policy.trust_domain(who(0, 0)));
+  // A configured domain joins host processes only: a container cannot claim its uid or group.
+  AccessPolicy::Domain team{"team", {}};
+  team.members.uids = {0};
+  policy.trust_domains.push_back(team);
+  CHECK(policy.trust_domain(who(0, 0)) == "team");
+  CHECK(policy.trust_domain(root_pod) == "uid:0@mnt:777");
+}
+
+TEST_CASE("identity: a grant's process has its grant's rights and nothing else", "[identity]") {
+  AccessPolicy policy;
+  policy.finalize(0, 120);
+  Principals everyone;
+  everyone.anyone = true;
+  policy.roles["training"] = everyone;  // even a role open to everyone is not a grant's
+  const PeerIdentity pod = of_grant("a1b2", 0), same = of_grant("a1b2", 1000), other = of_grant("c3d4", 0);
+  CHECK_FALSE(policy.refusal(pod, "training").empty());  // its role is the grant's (handle_hello)
+  CHECK_FALSE(everyone.matches(pod));
+  CHECK(policy.quota_refusal(pod, same).empty());
+  CHECK_FALSE(policy.quota_refusal(pod, other).empty());
+  CHECK_FALSE(policy.quota_refusal(pod, who(0, 0)).empty());  // uid 0 like training: no matter
+  CHECK_FALSE(policy.quota_refusal(in_container(0, 0, 4242), pod).empty());  // nor from outside the grant
+  CHECK(policy.quota_refusal(who(0, 0), pod).empty());  // the host's quota admins still may
+  CHECK(policy.trust_domain(pod) == "grant:a1b2");
+  CHECK(policy.trust_domain(same) == "grant:a1b2");
+  CHECK(policy.slot_cap(pod, 0) == 16);
 }
 
 TEST_CASE("identity: the configuration file sets the socket, roles, caps and trust domains", "[identity]") {
@@ -153,8 +216,8 @@ TEST_CASE("identity: the configuration file sets the socket, roles, caps and tru
   CHECK(a.slot_cap(who(1000, 1000), 0) == 4);
   CHECK(a.slot_cap(who(0, 0), 0) == 9);
   CHECK(a.trust_domain(who(7, 300)) == "ml");
-  CHECK(a.quota_refusal(who(1000, 12), 0).empty());    // configured admins replace the default
-  CHECK_FALSE(a.quota_refusal(who(0, 0), 1000).empty());
+  CHECK(a.quota_refusal(who(1000, 12), who(0, 0)).empty());    // configured admins replace the default
+  CHECK_FALSE(a.quota_refusal(who(0, 0), who(1000, 1000)).empty());
 
   // Mistakes are errors naming the key, never a silent default.
   for (const char* bad : {R"({"sockt": "/x"})", R"({"roles": {"trainer": ["*"]}})",
@@ -310,4 +373,71 @@ TEST_CASE("identity: the socket's owner is set; a client not trusted with a prot
   REQUIRE(type == static_cast<uint32_t>(MessageType::quota_reply));
   CHECK(quota["bytes"] == 4ull << 30);
   close(a);
+}
+
+TEST_CASE("identity: a grant's socket registers its role on its GPU with its quota, whatever is asked", "[identity]") {
+  char tmpl[] = "/tmp/tandem-unit-grants-XXXXXX";
+  REQUIRE(mkdtemp(tmpl));
+  const std::string dir = tmpl, path = dir + "/tandemd.sock";
+  ServerOptions options{path, "fill"};
+  const std::string other_gpu = "ffeeddccbbaa99887766554433221100";
+  std::string grant_socket;
+  {
+    test::RunningServer rs(options);
+    int admin = connect_to(path);
+    uint32_t type = 0;
+    // The test runs as root in tandemd's namespaces: a node administrator.
+    auto reply = ask(admin, MessageType::grant_request,
+                     nlohmann::json{{"name", "a1"}, {"role", "batch-inference"}, {"gpus", {kGpu}}, {"memory_limit", "64M"}}.dump(),
+                     &type);
+    REQUIRE(type == static_cast<uint32_t>(MessageType::grant_reply));
+    grant_socket = reply["socket"].get<std::string>();
+    CHECK(grant_socket == dir + "/grants/a1/tandemd.sock");
+    // Bad grants are refused by name.
+    auto bad = ask(admin, MessageType::grant_request, nlohmann::json{{"name", "A/../x"}, {"role", "batch-inference"}, {"gpus", {kGpu}}}.dump(), &type);
+    CHECK(type == static_cast<uint32_t>(MessageType::error));
+    bad = ask(admin, MessageType::grant_request, nlohmann::json{{"name", "a2"}, {"role", "training"}, {"gpus", {kGpu}}}.dump(), &type);
+    CHECK(type == static_cast<uint32_t>(MessageType::error));  // a grant never holds a protected role
+
+    // Through the grant: asking for training registers as the grant's batch-inference.
+    int pod = connect_to(grant_socket), other = connect_to(grant_socket);
+    reply = ask(pod, MessageType::hello, nlohmann::json{{"role", "training"}, {"gpu", kGpu}}.dump(), &type);
+    REQUIRE(type == static_cast<uint32_t>(MessageType::hello_ok));
+    CHECK(reply["role"] == "batch-inference");
+    // Another GPU than the grant's is refused.
+    auto wrong = ask(other, MessageType::hello, nlohmann::json{{"role", "batch-inference"}, {"gpu", other_gpu}}.dump(), &type);
+    CHECK(type == static_cast<uint32_t>(MessageType::error));
+    CHECK(wrong["errno"] == EACCES);
+    // Nor may a grant's process create grants (its quotas: the policy's test above; every
+    // client here is this one process).
+    auto no = ask(other, MessageType::grant_request, nlohmann::json{{"name", "a3"}, {"role", "inference"}, {"gpus", {kGpu}}}.dump(), &type);
+    CHECK(no["errno"] == EPERM);
+    auto status = ask(admin, MessageType::status_request, "{}", &type);
+
+    bool seen = false;
+    for (const auto& c : status["clients"])
+      if (c["grant"] == "a1") {
+        seen = true;
+        CHECK(c["role"] == "batch-inference");
+        CHECK(c["trust_domain"] == "grant:a1");
+      }
+    CHECK(seen);
+    for (const auto& g : status["gpus"])
+      if (g["uuid"] == kGpu)
+        for (const auto& s : g["slots"]) CHECK(s["assigned_quota_bytes"] == 64ull << 20);  // the grant's limit
+    REQUIRE(status["grants"].size() == 1);
+    CHECK(status["grants"][0]["clients"] == 2);
+    for (int fd : {admin, pod, other}) close(fd);
+  }
+  // A restarted tandemd opens the grant again, at the same path (containers keep it mounted).
+  {
+    test::RunningServer rs(options);
+    int pod = connect_to(grant_socket);
+    uint32_t type = 0;
+    auto reply = ask(pod, MessageType::hello, nlohmann::json{{"role", "inference"}, {"gpu", kGpu}}.dump(), &type);
+    REQUIRE(type == static_cast<uint32_t>(MessageType::hello_ok));
+    CHECK(reply["role"] == "batch-inference");
+    close(pod);
+  }
+  std::filesystem::remove_all(dir);
 }

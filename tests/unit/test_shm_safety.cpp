@@ -170,11 +170,16 @@ TEST_CASE("hook: a daemon's hello reply and descriptors are checked before use")
   using tandem::hook::sealed_memfd_of_size;
   using tandem::hook::segment_layout_ok;
   const char* why = nullptr;
-  CHECK(hello_slot(R"({"slot": 3, "sample_us": 1000})", &why) == 3);
+  std::string role;
+  CHECK(hello_slot(R"({"slot": 3, "sample_us": 1000})", role, &why) == 3);
+  CHECK(role.empty());  // an older tandemd: the role asked
+  CHECK(hello_slot(R"({"slot": 3, "sample_us": 1000, "role": "batch-inference"})", role, &why) == 3);
+  CHECK(role == "batch-inference");
+  CHECK(hello_slot(R"({"slot": 3, "sample_us": 1000, "role": "admin"})", role, &why) == -1);
   for (const char* bad : {"", "garbage", "[]", "{}", R"({"slot": "3"})", R"({"slot": -1})", R"({"slot": 64})",
                           R"({"slot": 1e30})", R"({"slot": 18446744073709551615})", R"({"slot": 3.5})"}) {
     why = nullptr;
-    CHECK(hello_slot(bad, &why) == -1);
+    CHECK(hello_slot(bad, role, &why) == -1);
     CHECK(why != nullptr);
   }
   // Not sealed: the sender could shrink it under our mapping (SIGBUS at the next read).
