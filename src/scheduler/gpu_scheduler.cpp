@@ -80,9 +80,9 @@ void GpuScheduler::set_gates(tandem_shm_header* shm, const std::vector<FillerSta
 }
 
 void GpuScheduler::publish_live_partition(tandem_shm_header* shm, bool slo_training) {
-  // Stuck clients' requests were cleared by the request holds (request_stuck) this tick.
-  bool open = std::any_of(online_.begin(), online_.end(), [](const OnlineClient& o) { return o.requests_open > 0; });
-  uint32_t pct = slo_training && open && slo_.requests_unheld() ? slo_.partition_pct() : 0;
+  // While a request pins it (slo_policy.h: stuck clients' requests were cleared by the request
+  // holds this tick, and one left open pins it for about a second at most).
+  uint32_t pct = slo_training ? slo_.applied_partition_pct() : 0;
   // On its partition training's queued work cannot slow the request, but what is still queued
   // there when the request ends runs on those SMs alone while the others idle (a kernel once
   // launched stays where it was put): the same wall time of work as between requests, scaled to
@@ -198,7 +198,7 @@ void GpuScheduler::tick(uint64_t now_ns) {
     if (training && live) live_levels(live_mask, live_pcts);
     slo_.step(now_ns, online_, best_effort, grants_, training && spatial, training && live ? live_pcts : nullptr);
     __atomic_store_n(&shm->control_seq, slo_.control_seq(), __ATOMIC_RELEASE);
-    __atomic_store_n(&shm->training_duty_ppm, static_cast<uint32_t>(slo_.duty() * 1e6), __ATOMIC_RELAXED);
+    __atomic_store_n(&shm->training_duty_ppm, static_cast<uint32_t>(slo_.training_duty() * 1e6), __ATOMIC_RELAXED);
     set_gates(shm, best_effort, slo_.gating() ? TANDEM_GATE_TOKENS : TANDEM_GATE_OPEN);
     // The clients bound their own in-flight work; fillers beside training are bounded by the
     // fill policy's grants instead (a bound left from when they were the best-effort job would
@@ -215,8 +215,10 @@ void GpuScheduler::tick(uint64_t now_ns) {
     slo_saturated_warned_ = slo_.controller().saturated();
     policy_.limit_inflight(slo_.gating() ? slo_.inflight_bound_ns() : UINT64_MAX);
     __atomic_store_n(&shm->requests_unheld, slo_.requests_unheld() ? 1u : 0u, __ATOMIC_RELEASE);
-    // Unheld (a busy server), requests let training run at its duty cycle: not a hold.
-    holds_.decided(slo_.gating(), slo_.gating() && holding && !slo_.requests_unheld(), slo_.duty());
+    // Unheld (a busy server), requests let training run at its duty cycle: not a hold. What it
+    // is given counts its partition (duty x p of the GPU), so a floor met on a partition is the
+    // floor, not p's complement of it.
+    holds_.decided(slo_.gating(), slo_.gating() && holding && !slo_.requests_unheld(), slo_.training_share());
   } else {
     // Policy fill: training's launches wait while a request holds it (the gate reopens at the
     // tick after the request's end). Its in-flight bound applies to the launches that pass the

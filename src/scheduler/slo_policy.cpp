@@ -6,7 +6,7 @@ namespace tandem::scheduler {
 
 uint64_t SloPolicy::inflight_bound_ns() const {
   double factor = live_ && controller_.duty() >= kSpatialGateDuty ? kLiveWindow : unheld_ ? kBusyWindow : 1.0;
-  return static_cast<uint64_t>(controller_.duty() * static_cast<double>(p_.window_ns) * factor);
+  return static_cast<uint64_t>(given_duty_ * static_cast<double>(p_.window_ns) * factor);
 }
 
 void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, const std::vector<FillerState>& best_effort,
@@ -54,7 +54,8 @@ void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, c
   // that is below both its duty cycle and kBusyHold's complement.
   double busy = *std::min_element(busy_recent_, busy_recent_ + kBusyPeriods);
   unheld_ = gating_ && (partitioned || busy > std::max(kBusyHold, 1.0 - controller_.duty()));
-  duty_sum_ += gating_ ? controller_.duty() : 1.0;  // ungated, training has the whole GPU it can get
+  pin_partition(now_ns, online);
+  duty_sum_ += gating_ ? given_duty_ : 1.0;  // ungated, training has the whole GPU it can get
   ++ticks_;
   if (best_effort.empty() || !gating_) return;
   // The duty cycle's GPU time for this period, shared equally; a balance never grows past one
@@ -62,12 +63,39 @@ void SloPolicy::step(uint64_t now_ns, const std::vector<OnlineClient>& online, c
   // bound what is in flight themselves (inflight_share_ns); capping the balance at that smaller
   // window instead let training use at most window/period of the GPU even at full duty.
   auto n = static_cast<int64_t>(best_effort.size());
-  int64_t rate = static_cast<int64_t>(controller_.duty() * static_cast<double>(p_.period_ns)) / n;
+  int64_t rate = static_cast<int64_t>(given_duty_ * static_cast<double>(p_.period_ns)) / n;
   int64_t cap = std::max(rate, static_cast<int64_t>(inflight_share_ns(best_effort.size())));
   for (const FillerState& c : best_effort) {
     int64_t amount = std::min(rate, cap - std::max<int64_t>(c.tokens_ns, 0));
     if (amount > 0) grants.push_back({c.id, amount});
   }
+}
+
+void SloPolicy::pin_partition(uint64_t now_ns, const std::vector<OnlineClient>& online) {
+  // The partition applies while a request runs and training is not held during it (held, it
+  // launches nothing anyway). A request whose client began or ended none for partition_pin_ns
+  // pins nothing: held open, it would confine training for as long as the stuck rule allows
+  // (up to 10 s, for ever when refreshed), while the busy-server rule and the holds' floor lift
+  // its time hold within about a second; a server with requests back to back begins and ends
+  // them all the time and keeps its partition.
+  const uint32_t pct = partition_pct();
+  const double floor = p_.controller.min_duty;
+  pinned_ = false;
+  // A partition smaller than the floor itself could not give training the floor at any duty
+  // cycle: not applied (TANDEM_LIVE_LEVELS start at 25%, so this is only a guard).
+  if (unheld_ && pct > 0 && floor * 100.0 <= static_cast<double>(pct))
+    for (const OnlineClient& c : online)
+      if (c.requests_open > 0 && now_ns < c.activity_ns + p_.partition_pin_ns) pinned_ = true;
+  // The one floor: training on p of the SMs at duty d has d x p of the GPU, so the duty cycle it
+  // is given has min_duty / p as its floor there (0.2 at 25%). Raising the floor of what is given
+  // rather than widening the partition keeps the requests their SMs, and costs them only
+  // training's time on its own part of the GPU. The controller's own duty cycle is left as the
+  // latencies set it (its gain is identified from its steps; a floor it did not choose would
+  // read as one). While the partition holds the target the duty cycle is at least
+  // kSpatialGateDuty, above min_duty / p for every level: nothing changes there. Only a busy
+  // server's requests, unheld below it, can find the duty cycle under min_duty / p.
+  given_duty_ = pinned_ ? std::min(1.0, std::max(controller_.duty(), floor * 100.0 / static_cast<double>(pct)))
+                        : controller_.duty();
 }
 
 uint64_t SloPolicy::inflight_share_ns(size_t clients) const {

@@ -22,6 +22,13 @@
 // left it less than its duty cycle and less than 1 - kBusyHold of the time in each of the last
 // kBusyPeriods control periods, the hold is lifted (requests_unheld()); tokens and the in-flight
 // window still bound it.
+// One floor (docs/security.md): whatever the controller says, training keeps min_duty of the
+// GPU. The duty cycle alone is clamped there; a live partition confines training to a fraction
+// p of the SMs on top of it, so while one is in force (applied_partition_pct()) training is
+// given at least min_duty / p (training_duty()): duty x p >= min_duty. And a request pins the
+// partition only while its client began or ended one within partition_pin_ns, the time hold's
+// window (request_holds.h): one left open no longer narrows training after about 1 s, as the
+// busy-server rule and the floor lift its time hold, rather than at the stuck rule's 10 s.
 // Every control_period_ns the latencies the inference processes measured in the interval
 // just ended (each its TANDEM_SLO_PCTL-th percentile) are compared with their targets; the
 // worst ratio drives the controller (slo_controller.h), which sets the duty cycle. Then a new
@@ -47,6 +54,7 @@ struct SloParams {
   uint64_t idle_ns = 50000000;              // TANDEM_SLO_IDLE_MS
   bool predict = false;                     // TANDEM_SLO_PREDICT
   int live_partition = -1;                  // TANDEM_SLO_PARTITION: -1 auto, 0 off, else a fixed percentage
+  uint64_t partition_pin_ns = 1000000000;   // RequestHoldParams::window_ns: see above
   SloControllerParams controller;
 };
 
@@ -102,10 +110,18 @@ class SloPolicy {
     return p >= 100 ? 0 : p;
   }
   const PartitionController& partition() const { return partition_; }
+  // The partition training is confined to now: partition_pct() while a request pins it (open,
+  // its client active within partition_pin_ns, and training not held during it), else 0.
+  uint32_t applied_partition_pct() const { return pinned_ ? partition_pct() : 0; }
   // Gated launches need not wait for open requests (a busy server); see above.
   bool requests_unheld() const { return unheld_; }
   double busy_fraction() const { return busy_fraction_; }
+  // The controller's duty cycle (what the latencies say) and the one training is given: at
+  // least min_duty / p while a partition p is applied (the floor, see above).
   double duty() const { return controller_.duty(); }
+  double training_duty() const { return given_duty_; }
+  // Training's share of the GPU now: training_duty() on its partition's SMs.
+  double training_share() const { return given_duty_ * (pinned_ ? partition_pct() / 100.0 : 1.0); }
   // Best-effort work allowed in flight now (duty * window), and each client's part of it.
   uint64_t inflight_bound_ns() const;
   uint64_t inflight_share_ns(size_t clients) const;
@@ -118,6 +134,8 @@ class SloPolicy {
 
  private:
   void control(uint64_t now_ns, const std::vector<OnlineClient>& online);
+  // Sets pinned_ and given_duty_ for this tick (the one floor, see above).
+  void pin_partition(uint64_t now_ns, const std::vector<OnlineClient>& online);
   // Between control periods: the duty cycle each client's model says holds its target under
   // the load seen so far in this interval; the lowest, if below the current one, applies now.
   void predict(uint64_t now_ns, const std::vector<OnlineClient>& online);
@@ -163,6 +181,8 @@ class SloPolicy {
   SloParams p_;
   SloController controller_;
   bool active_ = false, gating_ = false, spatial_ = false, live_ = false, unheld_ = false;
+  bool pinned_ = false;     // a request pins the live partition this tick
+  double given_duty_ = 1.0; // training_duty()
   PartitionController partition_;
   uint64_t busy_ticks_ = 0;      // ticks of the interval with a request open
   double mean_request_sum_ = 0;  // the clients' mean request latency, summed over the interval's ticks

@@ -355,6 +355,125 @@ TEST_CASE("GpuScheduler, live partitions: the slot says the partition while a re
   CHECK(shm->slots[other].live_partition == 50);
 }
 
+namespace {
+// A GPU under policy slo with one MPS training process holding every live partition and one
+// online inference process whose page the test writes (as a hostile client may).
+struct LiveGpu {
+  static SchedulerParams params() {
+    SchedulerParams p;
+    p.policy = TANDEM_POLICY_SLO;
+    p.slo.window_ns = 500000;
+    return p;
+  }
+  GpuScheduler gpu{"00112233445566778899aabbccddeeff", params()};
+  tandem_shm_header* shm = gpu.segment().shm();
+  int online = gpu.segment().claim(300, TANDEM_ROLE_INFERENCE);
+  int train = gpu.segment().claim(500, TANDEM_ROLE_TRAINING);
+  uint64_t t = 1000 * kMs;
+  LiveGpu() { gpu.segment().page(train)->training_flags = TANDEM_TRAINING_MPS | TANDEM_TRAINING_LIVE_MASK; }
+  tandem_client_page* page() { return gpu.segment().page(online); }
+  // Training's share of the GPU the slot gives it now: its duty cycle on its partition's SMs.
+  double share() const {
+    uint32_t pct = shm->slots[train].live_partition;
+    return shm->training_duty_ppm / 1e6 * (pct ? pct / 100.0 : 1.0);
+  }
+};
+}  // namespace
+
+// docs/security.md: a client trusted with the inference role may hold training down to the
+// floor, min_duty (5%) of the GPU, and no further. Reporting latencies 10x its target with a
+// request always open, it drove the duty cycle to 0.05 *and* pinned the partition at 25%:
+// training had 0.0125 of the GPU (0.02 of its speed alone, measured).
+TEST_CASE("SloPolicy, one floor: false latencies with a live partition leave training the floor") {
+  LiveGpu g;
+  const double floor = LiveGpu::params().slo.controller.min_duty;
+  const uint64_t start = g.t;
+  uint64_t granted_before = 0, granted_at = 0;
+  for (g.t += kMs; g.t <= start + 8000 * kMs; g.t += kMs) {
+    tandem_client_page* p = g.page();
+    p->requests_open = 1;
+    p->slo_us = 10000;
+    p->request_activity_ns = g.t;  // refreshed: never stuck, a busy server
+    p->latency_seq = g.shm->control_seq;
+    p->latency_ns = 100 * kMs;  // 10 x its target
+    p->latency_samples = 20;
+    // Training spends every token it was given (what it may run is what was granted).
+    g.gpu.segment().page(g.train)->tokens_taken_ns = g.shm->slots[g.train].token_limit_ns;
+    g.gpu.tick(g.t);
+    if (g.t == start + 7000 * kMs) granted_before = g.shm->slots[g.train].granted_ns, granted_at = g.t;
+    if (g.t > start + 6000 * kMs) {
+      INFO("t " << (g.t - start) / kMs << " ms: duty " << g.shm->training_duty_ppm << " ppm, partition "
+                << g.shm->slots[g.train].live_partition);
+      CHECK(g.share() >= floor - 1e-6);
+    }
+  }
+  REQUIRE(g.gpu.slo().duty() == Approx(floor));  // the controller at its minimum...
+  CHECK(g.gpu.slo().live());
+  CHECK(g.shm->requests_unheld == 1);
+  CHECK(g.shm->slots[g.train].live_partition == 25);  // ...with the smallest partition in force
+  CHECK(g.gpu.slo().training_duty() == Approx(floor * 100 / 25));  // so training is given 0.2
+  // What the grants gave over the last second, on a quarter of the SMs: the floor.
+  double granted = static_cast<double>(g.shm->slots[g.train].granted_ns - granted_before);
+  double effective = granted / static_cast<double>(g.t - kMs - granted_at) * 0.25;
+  INFO("granted " << granted / 1e6 << " ms over the last second: " << effective << " of the GPU");
+  CHECK(effective >= floor * 0.98);
+  // The in-flight bound on the partition: the floor's window, not a quarter of it.
+  CHECK(g.shm->slots[g.train].inflight_bound_ns == static_cast<uint64_t>(floor * 500000 * 4));
+  // Between requests training has every SM again, at the controller's duty cycle.
+  g.page()->requests_open = 0;
+  g.page()->request_activity_ns = g.t;
+  g.gpu.tick(g.t);
+  CHECK(g.shm->slots[g.train].live_partition == 0);
+  CHECK(g.gpu.slo().training_duty() == Approx(floor));
+  CHECK(g.share() >= floor - 1e-6);
+}
+
+TEST_CASE("SloPolicy, one floor: when the target is reachable the partition's duty cycle is the controller's") {
+  OneEach g;
+  auto& [policy, training, grants, online, t] = g;
+  for (int k = 0; k < 50; ++k, t += kMs) {
+    online.requests_open = k % 2;
+    online.activity_ns = t;
+    policy.step(t, {online}, training, grants, false, kLevels);
+    CHECK(policy.training_duty() == policy.duty());
+    CHECK(policy.applied_partition_pct() == (k % 2 ? policy.partition_pct() : 0u));
+  }
+  CHECK(policy.duty() == 1.0);
+  CHECK(policy.partition_pct() == 25);
+}
+
+// A request left open (its client begins and ends none) with a target of 5 s is stuck only
+// after 10 s; the busy-server rule and the holds' floor lift its time hold within about a
+// second. Its pin on the partition goes on the same schedule, not the stuck rule's.
+TEST_CASE("SloPolicy, one floor: a request left open pins the partition about a second, not 10 s") {
+  LiveGpu g;
+  g.page()->requests_open = 1;
+  g.page()->slo_us = 5000000;
+  g.page()->request_activity_ns = g.t;
+  const uint64_t start = g.t;
+  uint64_t lifted_after = 0;
+  for (g.t += kMs; g.t <= start + 3000 * kMs; g.t += kMs) {
+    g.gpu.tick(g.t);
+    if (!lifted_after && g.shm->slots[g.train].live_partition == 0) lifted_after = g.t - start;
+    if (lifted_after) CHECK(g.shm->slots[g.train].live_partition == 0);  // for good
+  }
+  INFO("partition lifted after " << lifted_after / kMs << " ms");
+  CHECK(lifted_after >= 900 * kMs);  // a long request keeps it its first second...
+  CHECK(lifted_after <= 1001 * kMs);  // ...and no longer (before: 10 s, the stuck rule's)
+  CHECK(g.gpu.request_holds().stuck() == 0);  // not stuck yet: the time hold's schedule, not that one
+  // Its client begins or ends a request again: the partition is back.
+  g.page()->request_activity_ns = g.t;
+  g.gpu.tick(g.t += kMs);
+  CHECK(g.shm->slots[g.train].live_partition == 25);
+  // A server with requests back to back begins and ends them all the time: it keeps its
+  // partition beyond the second.
+  for (int k = 0; k < 3000; ++k) {
+    g.page()->request_activity_ns = g.t;
+    g.gpu.tick(g.t += kMs);
+  }
+  CHECK(g.shm->slots[g.train].live_partition == 25);
+}
+
 TEST_CASE("live_levels: the percentages a training process's flags name") {
   uint8_t pcts[TANDEM_LIVE_PARTITIONS];
   CHECK(live_levels(TANDEM_TRAINING_LIVE(1) | TANDEM_TRAINING_LIVE(3) | TANDEM_TRAINING_MPS, pcts) == 2);
