@@ -41,6 +41,12 @@ constexpr size_t kMaxPoolChunks = 65536;
 // when no client refers to it and no pool chunk is on it. At the cap, a new GPU takes the
 // place of one that no client refers to (its pool chunks are given up); if none, ENOSPC.
 constexpr size_t kMaxGpus = 64;
+// tandemd cannot ask the driver which GPUs exist, so a GPU is whatever a hello names. A GPU
+// named only by clients not trusted with a protected role is *unverified* (gpu_admission.h):
+// each user may have clients on at most this many (EDQUOT past it), and all unverified GPUs
+// together take at most half of the GPU states, so that the other half is always there for
+// GPUs a training or inference process names.
+constexpr size_t kMaxUnverifiedGpusPerUid = 2;
 
 // A node-local training job (job_hold.h): its name in a hello, and its ranks. A job is held
 // only while exactly that many of its user's ranks are registered, so one more cannot hold it.
@@ -66,6 +72,7 @@ struct DaemonLimits {
   size_t chunks_per_client = limits::kMaxChunksPerClient;
   size_t pool_chunks = limits::kMaxPoolChunks;
   size_t gpus = limits::kMaxGpus;
+  size_t unverified_gpus_per_uid = limits::kMaxUnverifiedGpusPerUid;
 };
 
 }  // namespace tandem::scheduler

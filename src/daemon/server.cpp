@@ -17,6 +17,7 @@
 #include "capacity_status.h"
 #include "daemon_limits.h"
 #include "futex.h"
+#include "gpu_admission.h"
 #include "json_text.h"
 #include "log.h"
 #include "settings.h"
@@ -81,8 +82,9 @@ bool Server::handle_hello(Client& client, const msg::Hello& hello) {
                                              " already holds " + std::to_string(held) + " slots on GPU " + uuid +
                                              " (max_slots_per_user; docs/security.md)");
   }
-  GpuScheduler* g = gpu_for_hello(uuid);
-  if (!g) return reply_error(client, ENOSPC, "tandemd tracks " + std::to_string(options_.limits.gpus) + " GPUs, all in use");
+  GpuGrant granted = admit_gpu(client, uuid);  // only GPUs that exist take state (gpu_admission.h)
+  if (!granted.gpu) return reply_error(client, granted.error, granted.why);
+  GpuScheduler* g = granted.gpu;
   int slot = g && g->segment().ok() ? g->segment().claim(client.pid, msg::role_code(role)) : -1;
   if (slot < 0) {
     release_gpu_if_unused(uuid);
@@ -202,29 +204,48 @@ GpuScheduler* Server::gpu(const std::string& uuid) {
   return it == gpus_.end() ? nullptr : it->second.get();
 }
 
-GpuScheduler* Server::gpu_for_hello(const std::string& uuid) {
-  if (GpuScheduler* g = gpu(uuid)) return g;
-  if (gpus_.size() >= options_.limits.gpus) {
+Server::GpuGrant Server::admit_gpu(const Client& client, const std::string& uuid) {
+  // A protected client is one handle_hello calls `trusted`: the policy would let it register
+  // as training or inference, whatever role it asked for.
+  const bool protected_client = options_.access.refusal(client.peer, "training").empty() ||
+                                options_.access.refusal(client.peer, "inference").empty();
+  std::map<std::string, GpuTableEntry> table;
+  for (const auto& [id, g] : gpus_) table[id].verified = verified_gpus_.count(id) != 0;
+  for (const auto& [id, c] : registry_.clients())
+    if (auto it = table.find(c.gpu); it != table.end()) it->second.users.insert(c.uid);
+  GpuAdmission a = decide_gpu_admission(table, uuid, client.uid, protected_client, options_.limits);
+  if (!a.admit) {
+    // Debug only: libtandem retries a refused GPU every second, and each retry would log.
+    TANDEM_LOG_DEBUG("pid {} uid {}: {}", client.pid, client.uid, a.why);
+    return {nullptr, a.error, a.why};
+  }
+  if (!a.evict.empty()) {
     // Made-up UUIDs must not pin the table: a GPU no client refers to gives up its place
     // (and its pool chunks, which no process on it is left to use).
-    auto idle = std::find_if(gpus_.begin(), gpus_.end(), [&](const auto& e) { return !registry_.clients_on(e.first); });
-    if (idle == gpus_.end()) return nullptr;
     TANDEM_LOG_WARN("{} GPUs tracked: GPU {} (no client) forgotten, with its pool chunks, for GPU {}", gpus_.size(),
-                    idle->first, uuid);
-    pool_.forget_gpu(idle->first);
-    pool_figures_.erase(idle->first);
-    gpus_.erase(idle);
+                    a.evict, uuid);
+    forget_gpu(a.evict);
   }
+  if (a.verify) verified_gpus_.insert(uuid);
+  if (GpuScheduler* g = gpu(uuid)) return {g};
   auto g = std::make_unique<GpuScheduler>(uuid, options_.scheduler);
   GpuScheduler* raw = g.get();
   gpus_[uuid] = std::move(g);
-  return raw;
+  return {raw};
+}
+
+void Server::forget_gpu(const std::string& uuid) {
+  pool_.forget_gpu(uuid);
+  pool_figures_.erase(uuid);
+  verified_gpus_.erase(uuid);
+  // A new state for this UUID starts without a size, so whoever reported the old one no longer counts.
+  gpu_total_trusted_.erase(uuid);
+  gpus_.erase(uuid);
 }
 
 void Server::release_gpu_if_unused(const std::string& uuid) {
   if (!gpus_.count(uuid) || registry_.clients_on(uuid) || pool_.has_chunks_on(uuid)) return;
-  gpus_.erase(uuid);
-  pool_figures_.erase(uuid);
+  forget_gpu(uuid);  // no chunk on it: nothing of the pool's is given up
 }
 
 Server::Holdings Server::holdings() const {
@@ -337,6 +358,7 @@ std::string Server::status_json() const {
               {"newcomers_held_ms", static_cast<double>(z->profile_hold_ns()) / 1e6}};
     }
     gpus.push_back({{"uuid", uuid},
+                    {"verified", verified_gpus_.count(uuid) != 0},  // a protected client named it (gpu_admission.h)
                     {"zico", zico},
                     {"phase", g->gpu_phase() == GpuPhase::bubble ? "bubble" : "busy"},
                     {"fill_phase", FillPolicy::phase_name(g->fill_phase())},

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -136,8 +137,16 @@ class Server {
   std::map<std::pair<std::string, int>, uint64_t> pool_bytes_by_slot() const;
   // The GPU's state; null when there is none.
   GpuScheduler* gpu(const std::string& uuid);
-  // The GPU's state, created if needed (within the GPU cap); null when at the cap.
-  GpuScheduler* gpu_for_hello(const std::string& uuid);
+  // The GPU state a hello may have, created if needed, under the GPU cap and the bounds on
+  // unverified GPUs (gpu_admission.h); null with the errno and message of the refusal.
+  struct GpuGrant {
+    GpuScheduler* gpu = nullptr;
+    int error = 0;
+    std::string why;
+  };
+  GpuGrant admit_gpu(const Client& client, const std::string& uuid);
+  // Gives up a GPU's state and all tandemd keeps for it (its pool chunks included).
+  void forget_gpu(const std::string& uuid);
   // Frees a GPU's state once no client refers to it and no pool chunk is on it.
   void release_gpu_if_unused(const std::string& uuid);
   void tick_all(uint64_t now_ns);
@@ -158,6 +167,7 @@ class Server {
   std::atomic<bool> stopping_{false};
   Registry registry_;
   std::map<std::string, std::unique_ptr<GpuScheduler>> gpus_;  // by GPU UUID
+  std::set<std::string> verified_gpus_;  // of gpus_, those a protected client named (gpu_admission.h)
   MemoryPool pool_;
   struct PoolWait {  // an inference process's acquisition waiting for training to release
     ClientId client;

@@ -108,6 +108,10 @@ std::string Server::invariant_violation_for_test() const {
     if (c->second.slot < 0 || c->second.role != "inference") return "a pool wait for a client that may not wait";
     if (w.given >= w.wanted) return "a pool wait that was served in full";
   }
+  // A verified mark outliving its GPU's state would let a made-up UUID reused later skip the
+  // bounds on unverified GPUs (gpu_admission.h).
+  for (const std::string& uuid : verified_gpus_)
+    if (!gpus_.count(uuid)) return "GPU " + uuid + " marked verified without a state";
   return "";
 }
 

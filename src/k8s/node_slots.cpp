@@ -32,24 +32,28 @@ void NodeSlots::update(double now_s, const std::optional<NodeReport>& report, co
       if (auto d = parse_device_id(id, r)) ++held[d->gpu][static_cast<int>(r)];
   if (report)
     for (const GpuReport& gpu : report->gpus)
-      if (gpus_.emplace(gpu.uuid, GpuSlots{}).second) {
+      if (gpu.verified && gpus_.emplace(gpu.uuid, GpuSlots{}).second) {
         gpus_[gpu.uuid].last_current_s = now_s;
         messages_.push_back("GPU " + nvidia_uuid(gpu.uuid) + ": reported by tandemd");
       }
   for (auto& [uuid, g] : gpus_) {
     const GpuReport* current = nullptr;
+    bool unverified = false;
     if (report)
       for (const GpuReport& gpu : report->gpus)
-        if (gpu.uuid == uuid) current = &gpu;
+        if (gpu.uuid == uuid) {
+          if (gpu.verified) current = &gpu;
+          else unverified = true;  // as if not reported: it may not exist
+        }
     const std::array<uint32_t, 2> h = held[uuid];
     const uint32_t used[2] = {h[0], h[1]};
-    step_gpu(now_s, uuid, g, current, same_daemon, used);
+    step_gpu(now_s, uuid, g, current, same_daemon, unverified, used);
   }
   rebuild(in_use);
 }
 
 void NodeSlots::step_gpu(double now_s, const std::string& uuid, GpuSlots& g, const GpuReport* report,
-                         bool same_daemon, const uint32_t (&in_use)[2]) {
+                         bool same_daemon, bool unverified, const uint32_t (&in_use)[2]) {
   const uint32_t before[2] = {g.counts[0].count(), g.counts[1].count()};
   const int bubble = static_cast<int>(SlotResource::bubble), slo = static_cast<int>(SlotResource::slo);
   // A young report (tandemd just started, or just met the GPU) says nothing yet: counts kept.
@@ -70,7 +74,8 @@ void NodeSlots::step_gpu(double now_s, const std::string& uuid, GpuSlots& g, con
           (report->slo_policy ? ", training duty " + share_text(report->online.training_duty) : "");
   } else if (!report && same_daemon) {
     for (SlotCount& c : g.counts) c.clear();
-    why = "tandemd no longer reports it: no process uses it";
+    why = unverified ? "tandemd reports it unverified: no training or inference process named it"
+                     : "tandemd no longer reports it: no process uses it";
   } else if (now_s - g.last_current_s > config_.stale_after_s) {
     for (SlotCount& c : g.counts) c.clear();
     why = "no current report from tandemd for " + share_text(now_s - g.last_current_s) + " s";

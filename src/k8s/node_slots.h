@@ -6,6 +6,9 @@
 // short window yet) keeps its count until stale_after_s, then offers no free slot; a GPU the
 // same tandemd stops reporting (no process uses it any more) offers none at once. GPUs are
 // never dropped from the list: pods may hold their slots.
+// Only GPUs tandemd reports verified (a training or inference process named them) count: an
+// unverified GPU may be a UUID a filler made up, so it is never listed, and a listed GPU the
+// same tandemd reports unverified (its state was freed and made anew by a filler) offers no free slot.
 // Pure logic, time passed in.
 #pragma once
 #include <cstdint>
@@ -51,8 +54,9 @@ class NodeSlots {
     std::string errors[2];
   };
   // `same_daemon`: the report comes from the tandemd that sent the last one.
+  // `unverified`: the report names the GPU, but not as verified (`report` is then null).
   void step_gpu(double now_s, const std::string& uuid, GpuSlots& g, const GpuReport* report, bool same_daemon,
-                const uint32_t (&in_use)[2]);
+                bool unverified, const uint32_t (&in_use)[2]);
   void rebuild(const std::set<std::string> (&in_use)[2]);
 
   SlotConfig config_;

@@ -60,6 +60,8 @@ bool read_gpu(const json& g, GpuReport& r, std::string& error) {
   if (uuid == g.end() || !uuid->is_string() || !valid_uuid(uuid->get<std::string>()))
     return error = "a GPU without a 32-digit hex uuid", false;
   r.uuid = uuid->get<std::string>();
+  if (!read(g, "verified", r.verified))
+    return error = "GPU " + r.uuid + " has no verified flag (a tandemd older than this plugin?)", false;
   auto c = g.find("capacity");
   if (c == g.end() || !c->is_object())
     return error = "GPU " + r.uuid + " has no capacity (a tandemd older than this plugin?)", false;

@@ -25,6 +25,9 @@ struct OnlineReport {
 
 struct GpuReport {
   std::string uuid;              // tandem's form: 32 lowercase hex digits
+  // A client trusted with a protected role named it (docs/security.md): only such a GPU is
+  // known to exist. Any user may name a made-up UUID as a filler; the plugin offers no slot there.
+  bool verified = false;
   double measured_s = 0;         // how long tandemd has measured the GPU
   double bubble_share = 0;       // the short window's share of time fillers could use
   double pressure = 0;

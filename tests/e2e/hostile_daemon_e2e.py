@@ -12,7 +12,8 @@ library would.
   deaf           clients flooding status requests and never reading: dropped, and the daemon's
                  memory stays bounded
   fds            descriptors passed without pool_register, and made-up GPU UUIDs: capped, and
-                 everything the daemon held for them is freed on disconnect
+                 everything the daemon held for them is freed on disconnect; from a user allowed
+                 only batch-inference, 2 made-up GPUs at most (EDQUOT), reported unverified
   emfile         the daemon at its descriptor limit with connections pending: it sheds them
                  instead of spinning, and serves again once descriptors are free
   socket-path    a regular file at --socket is refused and kept; a live daemon's socket is
@@ -23,6 +24,7 @@ library would.
 
 usage: hostile_daemon_e2e.py BUILD_DIR CASE
 """
+import errno
 import json
 import mmap
 import os
@@ -302,6 +304,33 @@ def case_fds(env):
         check(wait_for(lambda: fd_count(d.pid) == baseline, 5),
               f"tandemd holds as many descriptors as before ({fd_count(d.pid)}, {baseline} before)")
     finally:
+        stop(d)
+    # The same from a user allowed only batch-inference (training and inference are uid 65534's
+    # alone): GPUs no training or inference process named are unverified, 2 per user at most.
+    config = os.path.join(env.tmp, "filler-only.json")
+    with open(config, "w") as f:
+        json.dump({"roles": {"training": ["user:65534"], "inference": ["user:65534"]}}, f)
+    d = env.popen([os.path.join(env.build, "bin", "tandemd"), "--foreground", "--socket", env.socket, "--log", "warn",
+                   "--config", config], env=env.base, stderr=subprocess.PIPE, text=True)
+    clients = []
+    try:
+        check(wait_for(lambda: os.path.exists(env.socket) and env.status() is not None, 5), "tandemd started again")
+        errnos = []
+        for n in range(64):
+            c = connect(env.socket)
+            kind, reply, fds = hello(c, "batch-inference", gpu_uuid(0x2000 + n))
+            for fd in fds:
+                os.close(fd)
+            if kind == ERROR:
+                errnos.append(reply["errno"])
+            clients.append(c)
+        check(len(errnos) == 62 and set(errnos) == {errno.EDQUOT},
+              f"a filler-only user gets 2 made-up GPUs, then EDQUOT ({len(errnos)} refused: {sorted(set(errnos))})")
+        gpus = env.status()["gpus"]
+        check(len(gpus) == 2 and not any(g["verified"] for g in gpus), "both reported unverified")
+    finally:
+        for c in clients:
+            c.close()
         stop(d)
 
 

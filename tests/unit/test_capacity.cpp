@@ -115,6 +115,7 @@ TEST_CASE("status: a GPU's capacity and the slots' configuration, as the device 
   CHECK(report->slots.bubble.share == 0.2);
   REQUIRE(report->gpus.size() == 1);
   CHECK(report->gpus[0].uuid == gpu);
+  CHECK(report->gpus[0].verified);  // named by a training process (tandemd's own uid)
   CHECK(report->gpus[0].memory_total_bytes == 80ull << 30);
   CHECK(report->gpus[0].measured_s > 0);
   CHECK_FALSE(report->gpus[0].slo_policy);

@@ -1,5 +1,6 @@
 // The daemon's server in-process, over a real UNIX socket.
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -394,4 +395,88 @@ TEST_CASE("daemon: a training rank names its job in its hello; a malformed job i
   CHECK(jobs[0]["expected_ranks"] == 2);
   CHECK(jobs[0]["holding"] == false);
   close(a);
+}
+
+// A user allowed only batch-inference named 64 made-up GPUs: tandemd's 64 GPU states filled,
+// a real training process was refused ("tandemd tracks 64 GPUs, all in use") and ran ungated.
+// GPUs named only by such users are unverified and capped per user (gpu_admission.h).
+TEST_CASE("daemon: a filler-only user's made-up GPUs are capped; a training process still registers on its GPU") {
+  std::string path = "/tmp/tandem-unit-madeup-" + std::to_string(getpid()) + ".sock";
+  // Training and inference only for kTrainer: this process (root in the tests) is a filler-only user.
+  const uid_t kTrainer = getuid() == 4242 ? 4243 : 4242;
+  scheduler::ServerOptions options = options_with(path);
+  scheduler::Principals trainer;
+  trainer.uids = {kTrainer};
+  options.access.roles["training"] = trainer;
+  options.access.roles["inference"] = trainer;
+  options.socket_mode = 0666;  // kTrainer connects too
+  test::RunningServer rs(options);
+  std::vector<int> fillers;
+  int admitted = 0, capped = 0;
+  for (int n = 0; n < 64; ++n) {
+    fillers.push_back(connect_to(path));
+    uint32_t type = 0;
+    auto reply = ask(fillers.back(), MessageType::hello,
+                     nlohmann::json{{"role", "batch-inference"}, {"gpu", gpu_hex(1000 + n)}}.dump(), &type);
+    if (type == static_cast<uint32_t>(MessageType::hello_ok)) {
+      ++admitted;
+      continue;
+    }
+    ++capped;
+    CHECK(reply["errno"] == EDQUOT);
+    CHECK(reply["message"].get<std::string>().find("cap of 2 unverified GPUs per user") != std::string::npos);
+  }
+  CHECK(admitted == 2);
+  CHECK(capped == 62);
+  int probe = connect_to(path);
+  auto status = ask(probe, MessageType::status_request, "{}");
+  REQUIRE(status["gpus"].size() == 2);
+  for (const auto& g : status["gpus"]) CHECK(g["verified"] == false);
+  // A filler of this user on a GPU someone else named: no new state, so it joins one it is on.
+  int again = connect_to(path);
+  uint32_t type = 0;
+  ask(again, MessageType::hello, nlohmann::json{{"role", "batch-inference"}, {"gpu", gpu_hex(1000)}}.dump(), &type);
+  CHECK(type == static_cast<uint32_t>(MessageType::hello_ok));
+
+  if (getuid() != 0) {
+    WARN("the training client skipped: needs root, to connect as another user");
+  } else {
+    // A training process of kTrainer on its real GPU registers, which is then verified; so is
+    // a made-up GPU it names (the filler's then no longer counts against the filler's cap).
+    pid_t child = fork();
+    if (child == 0) {
+      if (setgroups(0, nullptr) != 0 || setgid(kTrainer) != 0 || setuid(kTrainer) != 0) _exit(3);
+      auto registered = [&](const std::string& gpu) {
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::memcpy(addr.sun_path, path.c_str(), path.size());
+        MessageHeader h{};
+        std::string reply;
+        return connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+               send_message(fd, MessageType::hello, nlohmann::json{{"role", "training"}, {"gpu", gpu}}.dump()) &&
+               recv_message(fd, h, reply, 2000) == RecvStatus::ok && h.type == static_cast<uint32_t>(MessageType::hello_ok);
+      };
+      _exit(registered(gpu_hex(77)) && registered(gpu_hex(1001)) ? 0 : 5);  // connections left open until exit
+    }
+    int exit_status = 0;
+    waitpid(child, &exit_status, 0);
+    CHECK((WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 0));
+    // GPU 77 had only the training process, and is gone with it; GPU 1001 stays verified.
+    nlohmann::json gpus;
+    for (int i = 0; i < 50; ++i) {
+      gpus = ask(probe, MessageType::status_request, "{}")["gpus"];
+      if (gpus.size() == 2) break;
+      usleep(20000);
+    }
+    REQUIRE(gpus.size() == 2);
+    for (const auto& g : gpus) CHECK(g["verified"] == (g["uuid"] == gpu_hex(1001)));
+    int one_more = connect_to(path);
+    ask(one_more, MessageType::hello, nlohmann::json{{"role", "batch-inference"}, {"gpu", gpu_hex(2000)}}.dump(), &type);
+    CHECK(type == static_cast<uint32_t>(MessageType::hello_ok));
+    close(one_more);
+  }
+  close(again);
+  close(probe);
+  for (int fd : fillers) close(fd);
 }

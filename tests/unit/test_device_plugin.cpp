@@ -3,6 +3,7 @@
 // capacity reaches the kubelet within seconds (a training job simulated tick by tick through
 // tandemd's own capacity meter), the health of each device, and Allocate's answer.
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <random>
 
 #include "allocate.h"
@@ -22,6 +23,7 @@ const std::set<std::string> kNone[2];
 GpuReport gpu_report(const std::string& uuid, double share, double measured_s = 100) {
   GpuReport g;
   g.uuid = uuid;
+  g.verified = true;
   g.measured_s = measured_s;
   g.bubble_share = share;
   g.memory_total_bytes = 80ull << 30;
@@ -249,6 +251,48 @@ TEST_CASE("node slots: held devices stay healthy, free ones go first; stale and 
   u.update(2, node({gpu_report(kGpu, 0.40)}, big), kNone);
   std::vector<std::string> said = u.take_messages();
   CHECK(std::count_if(said.begin(), said.end(), [](const std::string& m) { return m.rfind("error: ", 0) == 0; }) == 1);
+}
+
+// A filler-only user named made-up GPUs and the plugin listed 512 bubble and 256 slo devices on
+// them. tandemd reports whether a training or inference process named each GPU; only those are
+// listed, and a listed GPU reported unverified offers nothing free.
+TEST_CASE("node slots: GPUs tandemd has not verified offer no device", "[k8s]") {
+  SlotConfig c;
+  c.grow_after_s = 0;
+  std::vector<GpuReport> made_up;
+  for (int n = 0; n < 64; ++n) {
+    char uuid[33];
+    std::snprintf(uuid, sizeof uuid, "%032x", 0x1000 + n);
+    made_up.push_back(gpu_report(uuid, 0.9));
+    made_up.back().verified = false;
+  }
+  NodeSlots s;
+  for (double t : {0.0, 1.0, 2.0}) s.update(t, node(made_up, c), kNone);
+  CHECK(s.devices(SlotResource::bubble).empty());
+  CHECK(s.devices(SlotResource::slo).empty());
+  CHECK_FALSE(s.knows_gpu(made_up[0].uuid));
+  CHECK(s.take_messages().empty());  // nor a line each in the log
+  // Beside a verified GPU: that one alone.
+  std::vector<GpuReport> both = made_up;
+  both.push_back(gpu_report(kGpu, 0.40));
+  s.update(3, node(both, c), kNone);
+  s.update(4, node(both, c), kNone);
+  CHECK(s.devices(SlotResource::bubble).size() == 8);
+  CHECK(healthy(s, SlotResource::bubble, kGpu) == 3);
+  // The same tandemd reports it unverified (its state was freed and made anew by a filler):
+  // no free slot at once; a slot a pod holds stays healthy.
+  std::set<std::string> held[2];
+  held[0].insert(device_id(kGpu, SlotResource::bubble, 0));
+  both.back().verified = false;
+  s.update(5, node(both, c), held);
+  CHECK(healthy(s, SlotResource::bubble, kGpu) == 1);
+  CHECK(s.knows_gpu(kGpu));  // still listed: pods may hold its slots
+  // A document without the flag (a tandemd older than the plugin) is not used.
+  std::string error;
+  CHECK_FALSE(parse_node_report(
+      R"({"daemon": {"pid": 1, "uptime_s": 5, "kubernetes_slots": {}},
+          "gpus": [{"uuid": "c6a78dce2105431c836d15f3d88f49b1", "capacity": {}}]})", error));
+  CHECK(error.find("verified") != std::string::npos);
 }
 
 TEST_CASE("allocate: the GPU, the preload, the role and quota, the mounts; unknown devices refused", "[k8s]") {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -224,4 +225,113 @@ TEST_CASE("daemon in-process: a client whose cgroup name is not UTF-8 does not b
   CHECK(s.invariant_violation_for_test().empty());
   close(c.ours);
   CHECK_FALSE(s.serve_client_for_test(c.server));
+}
+
+namespace {
+
+// A client of another user than this process, as tandemd would see it: uid `uid`, in no
+// group the access policy names (the default gives training and inference to tandemd's own
+// uid and group, so such a client is filler-only).
+struct UserClient {
+  PairClient pair;
+  int error = -1;  // the hello's errno; 0: registered (a refused client is hung up at once)
+};
+
+void hang_up(scheduler::Server& s, const UserClient& u) {
+  close(u.pair.ours);
+  CHECK_FALSE(s.serve_client_for_test(u.pair.server));
+}
+
+UserClient hello_as(scheduler::Server& s, uid_t uid, const char* role, const std::string& gpu) {
+  UserClient u{adopt(s)};
+  scheduler::Client* c = s.client_by_fd_for_test(u.pair.server);
+  REQUIRE(c);
+  if (uid != geteuid()) {
+    c->uid = c->peer.uid = uid;
+    c->peer.gid = 4000000;
+    c->peer.groups.clear();
+  }
+  REQUIRE(send_message(u.pair.ours, MessageType::hello,
+                       nlohmann::json{{"role", role}, {"gpu", gpu}}.dump()));
+  REQUIRE(s.serve_client_for_test(u.pair.server));
+  MessageHeader h{};
+  std::string payload;
+  int passed[2] = {-1, -1};
+  size_t count = 0;
+  REQUIRE(recv_message_with_fds(u.pair.ours, h, payload, passed, 2, count, 0, kMaxPayload) == RecvStatus::ok);
+  for (size_t i = 0; i < count; ++i) close(passed[i]);
+  u.error = h.type == static_cast<uint32_t>(MessageType::hello_ok) ? 0 : nlohmann::json::parse(payload)["errno"].get<int>();
+  if (u.error) hang_up(s, u);
+  return u;
+}
+
+// GPU uuid -> verified, from the status document.
+std::map<std::string, bool> gpus_in_status(const scheduler::Server& s) {
+  std::map<std::string, bool> out;
+  const nlohmann::json status = nlohmann::json::parse(s.status_json());
+  for (const auto& g : status["gpus"]) out[g["uuid"]] = g["verified"];
+  return out;
+}
+
+std::string gpu_named(char c) { return std::string(32, c); }
+
+}  // namespace
+
+// Made-up GPUs of filler-only users must not take the GPU states a training or inference
+// process needs: unverified GPUs are capped per user and take at most half the table, and at
+// the cap an idle unverified GPU gives its place first (gpu_admission.h).
+TEST_CASE("daemon in-process: unverified GPUs take at most half the table; a protected client still gets its GPU") {
+  scheduler::ServerOptions options{"", "fill", {}};
+  options.limits.gpus = 4;
+  scheduler::Server s(options);
+  const uid_t kAlice = 1001, kBob = 1002, kRoot = geteuid();
+  const std::string m1 = gpu_named('1'), m2 = gpu_named('2'), m3 = gpu_named('3');
+  const std::string r1 = gpu_named('a'), r2 = gpu_named('b'), r3 = gpu_named('c'), r4 = gpu_named('d');
+  UserClient a1 = hello_as(s, kAlice, "batch-inference", m1);
+  UserClient a2 = hello_as(s, kAlice, "batch-inference", m2);
+  CHECK(a1.error == 0);
+  CHECK(a2.error == 0);
+  CHECK(hello_as(s, kAlice, "batch-inference", m3).error == EDQUOT);  // 2 per user
+  // Bob has none, but unverified GPUs already hold half of the 4 states; he may join one.
+  CHECK(hello_as(s, kBob, "batch-inference", m3).error == ENOSPC);
+  UserClient b1 = hello_as(s, kBob, "batch-inference", m1);
+  CHECK(b1.error == 0);
+  CHECK(s.invariant_violation_for_test().empty());
+  // The other half is there for GPUs protected clients name.
+  UserClient t1 = hello_as(s, kRoot, "training", r1);
+  UserClient t2 = hello_as(s, kRoot, "inference", r2);
+  CHECK(t1.error == 0);
+  CHECK(t2.error == 0);
+  CHECK(gpus_in_status(s) == std::map<std::string, bool>{{m1, false}, {m2, false}, {r1, true}, {r2, true}});
+  // A verified GPU does not count against a filler's cap.
+  UserClient a3 = hello_as(s, kAlice, "batch-inference", r1);
+  CHECK(a3.error == 0);
+  // GPUs kept only by a pool chunk: unverified m2 and verified r2. A protected newcomer takes
+  // the unverified one's place first, then the verified one's.
+  send_chunk(a2.pair);
+  CHECK(serve_twice(s, a2.pair));
+  send_chunk(t2.pair);
+  CHECK(serve_twice(s, t2.pair));
+  hang_up(s, a2);
+  hang_up(s, t2);
+  REQUIRE(s.holdings().gpus == 4);
+  UserClient t3 = hello_as(s, kRoot, "training", r3);
+  CHECK(t3.error == 0);
+  CHECK(gpus_in_status(s) == std::map<std::string, bool>{{m1, false}, {r1, true}, {r2, true}, {r3, true}});
+  // A filler never takes a verified GPU's place (its chunks are on a real GPU).
+  CHECK(hello_as(s, kBob, "batch-inference", m3).error == ENOSPC);
+  UserClient t4 = hello_as(s, kRoot, "training", r4);
+  CHECK(t4.error == 0);
+  CHECK(gpus_in_status(s) == std::map<std::string, bool>{{m1, false}, {r1, true}, {r3, true}, {r4, true}});
+  // A protected client naming an unverified GPU verifies it, for as long as its state lasts.
+  UserClient t5 = hello_as(s, kRoot, "training", m1);
+  CHECK(t5.error == 0);
+  hang_up(s, t5);
+  CHECK(gpus_in_status(s)[m1] == true);
+  CHECK(s.invariant_violation_for_test().empty());
+  // Full of GPUs protected clients named, with a client each: now a protected client is refused.
+  CHECK(hello_as(s, kRoot, "training", gpu_named('e')).error == ENOSPC);
+  for (const UserClient* u : {&a1, &b1, &t1, &a3, &t3, &t4}) hang_up(s, *u);
+  CHECK(s.holdings().gpus == 0);
+  CHECK(s.invariant_violation_for_test().empty());
 }
