@@ -154,6 +154,7 @@ static CUresult begin_capture(CUstream h, CUgraph into, CUstreamCaptureMode mode
   if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
   auto* c = new Capture();
   c->graph = into ? as_graph(into) : new Graph();
+  c->into_existing = into != nullptr;
   if (!c->graph) {
     delete c;
     return CUDA_ERROR_INVALID_VALUE;
@@ -173,8 +174,10 @@ static CUresult begin_capture(CUstream h, CUgraph into, CUstreamCaptureMode mode
 static CUresult end_capture(CUstream h, CUgraph* graph, bool per_thread) {
   Stream* s = resolve_stream(h, per_thread);
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
-  if (!graph) return CUDA_ERROR_INVALID_VALUE;
   Capture* c = s->capture;
+  // A capture into the caller's own graph may end without asking for it back (NVIDIA's
+  // graphConditionalNodes sample passes null; the driver accepts it).
+  if (!graph && !(c && c->into_existing)) return CUDA_ERROR_INVALID_VALUE;
   if (!c) return CUDA_ERROR_ILLEGAL_STATE;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -186,7 +189,7 @@ static CUresult end_capture(CUstream h, CUgraph* graph, bool per_thread) {
     for (Stream* m : c->members) m->capture = nullptr;  // streams that joined through events leave with it
   }
   bool invalid = c->invalidated;
-  *graph = invalid ? nullptr : reinterpret_cast<CUgraph>(c->graph);
+  if (graph) *graph = invalid ? nullptr : reinterpret_cast<CUgraph>(c->graph);
   delete c;
   return invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }

@@ -178,6 +178,7 @@ struct Op {
 struct Graph;
 struct Capture {
   Graph* graph = nullptr;
+  bool into_existing = false;  // cuStreamBeginCaptureToGraph: the caller's graph, which it has already
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   bool invalidated = false;
   uint64_t id = 0;

@@ -390,6 +390,25 @@ void check_graph() {
   CK(cuMemcpyDtoH(&v, d, 4));
   CHECK(v == 5);
   CK(cuGraphExecDestroy(exec));
+  // Capture into a graph of the caller's own may end without asking for it back (a null graph
+  // pointer, as NVIDIA's graphConditionalNodes sample does); a plain capture may not.
+  CUgraph own;
+  CK(cuGraphCreate(&own, 0));
+  CK(cuStreamBeginCaptureToGraph(s, own, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  CK(cuMemsetD32Async(d, 9, 16, s));
+  CK(cuStreamEndCapture(s, nullptr));
+  CK(cuGraphInstantiate(&exec, own, 0));
+  CK(cuGraphLaunch(exec, s));
+  CK(cuStreamSynchronize(s));
+  CK(cuMemcpyDtoH(&v, d, 4));
+  CHECK(v == 9);
+  CK(cuGraphExecDestroy(exec));
+  CK(cuGraphDestroy(own));
+  CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  CHECK(cuStreamEndCapture(s, nullptr) == CUDA_ERROR_INVALID_VALUE);
+  CUgraph plain;
+  CK(cuStreamEndCapture(s, &plain));  // the capture goes on until ended properly
+  CK(cuGraphDestroy(plain));
   CK(cuGraphDestroy(captured));
   CK(cuGraphDestroy(g));
 }
