@@ -48,8 +48,9 @@ std::string AccessPolicy::quota_refusal(const PeerIdentity& who, const PeerIdent
     return "a process of grant '" + who.grant + "' may set the quota of its grant's processes only";
   }
   if (quota_admins && quota_admins->matches(who)) return {};
-  const bool same_namespaces =
-      (who.host_namespaces && owner.host_namespaces) || (who.mount_ns && who.mount_ns == owner.mount_ns);
+  const bool same_namespaces = (who.host_namespaces && owner.host_namespaces) ||
+                               (!who.host_namespaces && !owner.host_namespaces && !who.place.empty() &&
+                                who.place.find('?') == std::string::npos && who.place == owner.place);
   if (owner.grant.empty() && who.uid == owner.uid && same_namespaces) return {};
   return "only uid " + std::to_string(owner.uid) + " in the process's own namespaces or tandemd's quota admins (" +
          (quota_admins ? quota_admins->describe() : std::string("nobody")) + ") may set this quota";
@@ -71,7 +72,7 @@ uint32_t AccessPolicy::slot_cap(const PeerIdentity& who, uid_t daemon_uid) const
 
 std::string AccessPolicy::trust_domain(const PeerIdentity& who) const {
   if (!who.grant.empty()) return "grant:" + who.grant;
-  if (!who.host_namespaces) return "uid:" + std::to_string(who.uid) + "@mnt:" + std::to_string(who.mount_ns);
+  if (!who.host_namespaces) return "uid:" + std::to_string(who.uid) + "@" + (who.place.empty() ? "?" : who.place);
   for (const Domain& d : trust_domains)
     if (d.members.matches(who)) return d.name;
   return "uid:" + std::to_string(who.uid);

@@ -61,9 +61,9 @@ struct AccessPolicy {
   std::string quota_refusal(const PeerIdentity& who, const PeerIdentity& owner) const;
   uint32_t slot_cap(const PeerIdentity& who, uid_t daemon_uid) const;
   // The trust domain's name: a grant's ("grant:<name>"); for a process in tandemd's namespaces
-  // a configured domain's, else "uid:<uid>"; for one in a container its uid there and its mount
-  // namespace ("uid:<uid>@mnt:<inode>"): no container shares pooled memory with another's, or
-  // with the host's jobs of the same uid.
+  // a configured domain's, else "uid:<uid>"; for one in a container its uid there and its place
+  // ("uid:<uid>@pod:<uid>", "@<runtime>:<id>"): no container shares pooled memory with another's,
+  // or with the host's jobs of the same uid.
   std::string trust_domain(const PeerIdentity& who) const;
 };
 

@@ -86,25 +86,56 @@ bool container_in_path(std::string_view path, ContainerId& out) {
   return false;
 }
 
-// The inode of /proc/<pid>/ns/<kind> ("self" for tandemd), 0 when unreadable.
-uint64_t namespace_inode(const char* pid, const char* kind) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%s/ns/%s", pid, kind);
-  struct stat st {};
-  return stat(path, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+std::string read_text(const std::string& path, size_t most = 65536) {
+  std::string text;
+  if (int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof buffer)) > 0 && text.size() < most) text.append(buffer, static_cast<size_t>(n));
+    close(fd);
+  }
+  return text;
 }
 
-// Fills host_namespaces and mount_ns of a live process.
-void read_namespaces(PeerIdentity& out) {
-  char pid[16];
-  std::snprintf(pid, sizeof pid, "%d", static_cast<int>(out.pid));
-  bool same = true;
-  for (const char* kind : {"user", "pid", "mnt"}) {
-    uint64_t theirs = namespace_inode(pid, kind), ours = namespace_inode("self", kind);
-    same = same && theirs && theirs == ours;
-    if (std::strcmp(kind, "mnt") == 0) out.mount_ns = theirs;
+// How deep a process's PID namespace is (the NSpid line of /proc/<pid>/status: one pid per
+// level); 0 when unknown.
+size_t pid_depth(const std::string& status) {
+  size_t at = status.find("\nNSpid:");
+  if (at == std::string::npos) return 0;
+  size_t end = status.find('\n', at + 1);
+  std::string line = status.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+  size_t depth = 0;
+  for (size_t i = 0; i < line.size();) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    if (i < line.size()) ++depth;
+    while (i < line.size() && line[i] != ' ' && line[i] != '\t') ++i;
   }
-  out.host_namespaces = same;
+  return depth;
+}
+
+// tandemd's own place, read once.
+struct OwnPlace {
+  std::string uid_map = read_text("/proc/self/uid_map");
+  size_t depth = pid_depth(read_text("/proc/self/status"));
+  ContainerId container = container_from_cgroup(read_text("/proc/self/cgroup"));
+};
+
+// Fills host_namespaces and place of a live process (its container already read).
+void read_place(PeerIdentity& out) {
+  static const OwnPlace own;
+  const std::string proc = "/proc/" + std::to_string(out.pid);
+  const std::string uid_map = read_text(proc + "/uid_map");
+  const size_t depth = pid_depth(read_text(proc + "/status"));
+  out.host_namespaces = !uid_map.empty() && uid_map == own.uid_map && depth && depth == own.depth &&
+                        out.container.id == own.container.id;
+  if (!out.container.pod.empty()) {
+    out.place = "pod:" + out.container.pod;
+  } else if (!out.container.id.empty()) {
+    out.place = out.container.runtime + ":" + out.container.id;
+  } else {
+    struct stat st {};
+    out.place = stat((proc + "/ns/pid").c_str(), &st) == 0 ? "pidns:" + std::to_string(st.st_ino) : "pidns:?";
+  }
 }
 
 }  // namespace
@@ -166,21 +197,18 @@ bool read_peer_identity(int fd, PeerIdentity& out, std::string& error) {
   if (out.pid <= 0 || out.pidfd < 0) return true;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/cgroup", static_cast<int>(out.pid));
-  std::string text;
-  if (int cg = open(path, O_RDONLY | O_CLOEXEC); cg >= 0) {
-    char buffer[4096];
-    ssize_t n;
-    while ((n = read(cg, buffer, sizeof buffer)) > 0 && text.size() < 65536) text.append(buffer, static_cast<size_t>(n));
-    close(cg);
-  }
-  read_namespaces(out);
+  const std::string text = read_text(path);
+  ContainerId container = container_from_cgroup(text);
+  PeerIdentity place;
+  place.pid = out.pid;
+  place.container = container;
+  read_place(place);
   // Read by pid: they name the right process only if that process is still alive now.
   pollfd p{out.pidfd, POLLIN, 0};
   if (poll(&p, 1, 0) == 0) {
-    out.container = container_from_cgroup(text);
-  } else {
-    out.host_namespaces = false;
-    out.mount_ns = 0;
+    out.container = std::move(container);
+    out.host_namespaces = place.host_namespaces;
+    out.place = std::move(place.place);
   }
   return true;
 }

@@ -34,12 +34,16 @@ struct PeerIdentity {
   int pidfd = -1;             // owned by whoever holds the identity (Registry: the Client)
   bool pidfd_from_peer = false;  // SO_PEERPIDFD (race-free), not pidfd_open of the pid
   ContainerId container;
-  // The process shares tandemd's user, PID and mount namespaces (compared by their
-  // /proc/<pid>/ns inodes while the pidfd shows it alive). Only then is its uid the uid on
-  // tandemd's side: uid 0 in a container (its own user, PID or mount namespace) is not
-  // tandemd's own user, whatever the kernel's uid says (docs/security.md). False when unknown.
+  // The process is where tandemd is: the same user namespace (uid_map), PID namespace depth
+  // (NSpid) and container (its cgroup's) as tandemd's own, read while the pidfd shows it alive,
+  // from files /proc shows any process (a sandboxed tandemd without CAP_SYS_PTRACE cannot read
+  // another uid's /proc/<pid>/ns). Only then is its uid the uid on tandemd's side: uid 0 in a
+  // container (its own PID or user namespace, or a container's cgroup) is not tandemd's own
+  // user, whatever the kernel's uid says (docs/security.md). False when unknown.
   bool host_namespaces = false;
-  uint64_t mount_ns = 0;  // its mount namespace's inode (0: unknown): a container's trust-domain key
+  // Where it is when not there: "pod:<uid>", "<runtime>:<id>", else "pidns:<inode>" (or
+  // "pidns:?"). Its trust domain's key: one container's processes share it, no other does.
+  std::string place;
   // The grant whose socket it connected through ("": tandemd's own socket). Such a process has
   // exactly the grant's rights (docs/security.md), whatever its uid or groups: reaching that
   // socket, which only its allocation's container has, is its identity.

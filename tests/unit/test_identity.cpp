@@ -44,7 +44,7 @@ PeerIdentity who(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
 PeerIdentity in_container(uid_t uid, gid_t gid, uint64_t mount_ns, std::vector<gid_t> groups = {}) {
   PeerIdentity p = who(uid, gid, std::move(groups));
   p.host_namespaces = false;
-  p.mount_ns = mount_ns;
+  p.place = "pidns:" + std::to_string(mount_ns);
   return p;
 }
 
@@ -166,7 +166,7 @@ TEST_CASE("identity: uid 0 in a container is not tandemd's own user", "[identity
   CHECK(policy.quota_refusal(root_pod, in_container(0, 0, 777)).empty());  // its own container's
   CHECK(policy.quota_refusal(who(0, 0), root_pod).empty());                // the host's root administers
   CHECK(policy.slot_cap(root_pod, 0) == 16);
-  CHECK(policy.trust_domain(root_pod) == "uid:0@mnt:777");
+  CHECK(policy.trust_domain(root_pod) == "uid:0@pidns:777");
   CHECK(policy.trust_domain(root_pod) != policy.trust_domain(other_pod));
   CHECK(policy.trust_domain(root_pod) != policy.trust_domain(who(0, 0)));
   // A configured domain joins host processes only: a container cannot claim its uid or group.
@@ -174,7 +174,7 @@ TEST_CASE("identity: uid 0 in a container is not tandemd's own user", "[identity
   team.members.uids = {0};
   policy.trust_domains.push_back(team);
   CHECK(policy.trust_domain(who(0, 0)) == "team");
-  CHECK(policy.trust_domain(root_pod) == "uid:0@mnt:777");
+  CHECK(policy.trust_domain(root_pod) == "uid:0@pidns:777");
 }
 
 TEST_CASE("identity: a grant's process has its grant's rights and nothing else", "[identity]") {
