@@ -233,10 +233,12 @@ def floor(env):
         a = env.start("train-sim", "--seconds", "3", *REAL_TRAIN, role="training", TANDEM_JOB_LOCAL=local)
         b = env.start("infer-sim", "--seconds", "3", *REAL_INFER, role="inference", TANDEM_SLO_MS="2")
         time.sleep(2.0)
-        st = env.status()
+        # Read once both have registered (a loaded machine starts them late), not at a fixed instant.
+        st = env.status_when(lambda s: bool(s["gpus"]) and "floor_ms" in (s["gpus"][0].get("slo") or {}), (a, b), 10)
         finish(a), finish(b)
         d.terminate()
         d.wait()
+        check(st is not None, "tandemd reported the GPU's slo floor while both ran")
         slo = st["gpus"][0]["slo"]
         print(f"TANDEM_JOB_LOCAL={local}: floor {slo['floor_ms']:.2f} ms {slo['floor']}, {slo['below_floor_why']}")
         check(slo["below_floor"] is True, "a 2 ms target is below the floor (a request alone takes 4 ms)")
