@@ -70,9 +70,13 @@ def main():
         print(f"{label:22s} alone {a['total_s']:.3f} s, as {role}{' beside training' if training else ''}: "
               f"launched in {out['launch_s']:.3f} s, ended in {out['total_s']:.3f} s")
         if not training:
-            # Nothing to yield to: no more than twice its time alone (and 50 ms for start-up jitter).
-            check(out["total_s"] <= 2 * a["total_s"] + 0.05,
-                  f"{label}: {out['total_s']:.3f} s is at most twice {a['total_s']:.3f} s alone")
+            # Nothing to yield to: no more than twice its time alone (and 50 ms for start-up
+            # jitter) for a program of 0.1 s or more. A shorter one (four threads' kernels run side
+            # by side: 0.07 s) may take 0.2 s more: a filler's in-flight bound counts their
+            # kernels one after the other.
+            bound = 2 * a["total_s"] + 0.05 if a["total_s"] >= 0.1 else a["total_s"] + 0.2
+            check(out["total_s"] <= bound, f"{label}: {out['total_s']:.3f} s is at most {bound:.3f} s "
+                  f"({a['total_s']:.3f} s alone)")
         if role == "batch-inference" and not training and label != "captured":
             # (A graph is charged its kernel nodes at the last kernel estimate until a replay is
             # timed: the captured launches were skipped, so its first replays are not held back.)
