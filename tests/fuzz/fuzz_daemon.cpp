@@ -142,6 +142,7 @@ void check_decoder(uint32_t type, const std::string& payload) {
   check_reply_decoder<msg::PoolGranted>(payload);
   check_reply_decoder<msg::PoolRegistered>(payload);
   check_reply_decoder<msg::PoolReleased>(payload);
+  check_reply_decoder<msg::GrantReply>(payload);
   check_reply_decoder<msg::Error>(payload);
 }
 
@@ -284,7 +285,8 @@ class Session {
       switch (static_cast<MessageType>(h.type)) {
         case MessageType::hello_ok: case MessageType::status_reply: case MessageType::trace_reply:
         case MessageType::quota_reply: case MessageType::pool_chunk: case MessageType::pool_granted:
-        case MessageType::pool_registered: case MessageType::pool_released: case MessageType::error: break;
+        case MessageType::pool_registered: case MessageType::pool_released: case MessageType::grant_reply:
+        case MessageType::error: break;
         default: fail("the daemon sent a frame of type " + std::to_string(h.type));
       }
       if (h.length > kMaxReplyPayload) fail("the daemon sent a frame of " + std::to_string(h.length) + " bytes");
