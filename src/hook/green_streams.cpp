@@ -11,6 +11,7 @@
 #include "capture_state.h"
 #include "green_partitions.h"
 #include "log.h"
+#include "progress.h"
 #include "real_driver.h"
 #include "stream_registry.h"
 
@@ -67,11 +68,10 @@ struct PerThreadEntry {
 thread_local PerThreadEntry t_per_thread;
 
 bool is_legacy(CUstream s, bool per_thread) noexcept { return s == CU_STREAM_LEGACY || (!s && !per_thread); }
-bool is_per_thread(CUstream s, bool per_thread) noexcept { return s == CU_STREAM_PER_THREAD || (!s && per_thread); }
 
 // The handle that names `s` whatever entry point tandem's own calls go through.
 CUstream named(CUstream s, bool per_thread) noexcept {
-  return is_legacy(s, per_thread) ? CU_STREAM_LEGACY : is_per_thread(s, per_thread) ? CU_STREAM_PER_THREAD : s;
+  return is_legacy(s, per_thread) ? CU_STREAM_LEGACY : thread_own_stream(s, per_thread) ? CU_STREAM_PER_THREAD : s;
 }
 
 // An untracked stream (never redirected) at home: only the legacy stream's implicit
@@ -94,7 +94,7 @@ Target& current_target(AppStream& e) noexcept { return e.current == kHome ? e.ho
 
 AppStream* find(CUstream s, bool per_thread) noexcept {
   if (is_legacy(s, per_thread)) return g_legacy_known ? &g_legacy_entry : nullptr;
-  if (is_per_thread(s, per_thread)) return t_per_thread.entry;
+  if (thread_own_stream(s, per_thread)) return t_per_thread.entry;
   for (int i = 0; i < g_count; ++i)
     if (g_table[i]->handle == s) return g_table[i];
   return nullptr;
@@ -103,7 +103,7 @@ AppStream* find(CUstream s, bool per_thread) noexcept {
 // What kind of stream `s` is, from the driver (a new entry, off the fast path).
 Kind kind_of(CUstream s, bool per_thread) noexcept {
   if (is_legacy(s, per_thread)) return Kind::legacy;
-  if (is_per_thread(s, per_thread)) return Kind::per_thread;
+  if (thread_own_stream(s, per_thread)) return Kind::per_thread;
   CUgreenCtx own = nullptr;
   if (g_real.cuStreamGetGreenCtx(s, &own) == CUDA_SUCCESS && own) return Kind::application_green;
   unsigned flags = 0;
@@ -242,7 +242,7 @@ void reap_dead() noexcept {
 
 void follow_untracked(CUstream s, bool per_thread) noexcept {
   if (g_green.away() == 0) return;
-  Kind kind = is_legacy(s, per_thread) ? Kind::legacy : is_per_thread(s, per_thread) ? Kind::per_thread
+  Kind kind = is_legacy(s, per_thread) ? Kind::legacy : thread_own_stream(s, per_thread) ? Kind::per_thread
                                                                                      : kind_of(s, per_thread);
   follow_implicit_sync(kind, named(s, per_thread), true, nullptr);
 }
@@ -323,7 +323,7 @@ void green_home_slow(CUstream s, bool per_thread) noexcept {
 }
 
 void green_stream_destroyed(CUstream s) noexcept {
-  if (g_role != TANDEM_ROLE_TRAINING || is_legacy(s, false) || is_per_thread(s, false)) return;  // not destroyable
+  if (g_role != TANDEM_ROLE_TRAINING || is_legacy(s, false) || thread_own_stream(s, false)) return;  // not destroyable
   std::lock_guard<std::mutex> lock(g_mutex);
   AppStream* e = find(s, false);
   if (!e) return;
