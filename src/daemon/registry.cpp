@@ -45,4 +45,10 @@ size_t Registry::clients_on(const std::string& uuid) const {
   return n;
 }
 
+size_t Registry::clients_of_grant(const std::string& grant) const {
+  size_t n = 0;
+  for (const auto& [id, c] : clients_) n += c.peer.grant == grant;
+  return n;
+}
+
 }  // namespace tandem::scheduler

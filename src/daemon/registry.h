@@ -56,6 +56,8 @@ class Registry {
   size_t connections_of(uid_t uid) const;
   // Clients whose GPU is `uuid`.
   size_t clients_on(const std::string& uuid) const;
+  // Clients that connected through grant `grant`'s socket.
+  size_t clients_of_grant(const std::string& grant) const;
   const ReplyBudget& reply_budget() const { return budget_; }
 
  private:

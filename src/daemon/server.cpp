@@ -159,8 +159,7 @@ bool Server::handle_quota(Client& client, const msg::QuotaRequest& request) {
 nlohmann::json Server::grants_json() const {
   nlohmann::json out = nlohmann::json::array();
   for (const GrantRecord& g : grants_.all()) {
-    size_t clients = static_cast<size_t>(std::count_if(registry_.clients().begin(), registry_.clients().end(),
-                                                       [&](const auto& e) { return e.second.peer.grant == g.request.name; }));
+    const size_t clients = registry_.clients_of_grant(g.request.name);
     out.push_back({{"name", g.request.name}, {"role", g.request.role}, {"gpus", g.request.gpus},
                    {"memory_limit", g.request.memory_limit}, {"socket", g.socket_path}, {"clients", clients}});
   }
@@ -181,9 +180,7 @@ bool Server::handle_grant(Client& client, const msg::GrantRequest& request) {
   if (!grants_.find(request.name) && grants_.size() >= GrantTable::kMaxGrants) {
     const GrantRecord* oldest = nullptr;
     for (const GrantRecord& g : grants_.all()) {
-      bool used = std::any_of(registry_.clients().begin(), registry_.clients().end(),
-                              [&](const auto& e) { return e.second.peer.grant == g.request.name; });
-      if (!used && (!oldest || g.created_seq < oldest->created_seq)) oldest = &g;
+      if (!registry_.clients_of_grant(g.request.name) && (!oldest || g.created_seq < oldest->created_seq)) oldest = &g;
     }
     if (oldest) {
       TANDEM_LOG_INFO("grant {} removed, the oldest unused, for grant {}", oldest->request.name, request.name);

@@ -229,8 +229,7 @@ void Server::accept_clients(int listen_fd, const std::string& grant, bool admin)
     const DaemonLimits& cap = options_.limits;
     // A grant's clients count against the grant, whatever their uid (root's exemption is for
     // the host's root).
-    const size_t of_grant = grant.empty() ? 0 : static_cast<size_t>(std::count_if(
-        registry_.clients().begin(), registry_.clients().end(), [&](const auto& e) { return e.second.peer.grant == grant; }));
+    const size_t of_grant = grant.empty() ? 0 : registry_.clients_of_grant(grant);
     bool too_many = registry_.size() >= cap.connections ||
                     (!grant.empty() && of_grant >= cap.connections_per_uid) ||
                     (grant.empty() && cred.uid != 0 && registry_.connections_of(cred.uid) >= cap.connections_per_uid);
