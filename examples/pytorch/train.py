@@ -73,15 +73,18 @@ def main() -> int:
                         help="GPU time added to each step as large element-wise kernels before the model's (default 0)")
     parser.add_argument("--kernel-ms", type=float, default=1.0, help="length of one of those kernels (default 1)")
     parser.add_argument("--warmup-steps", type=int, default=0, help="untimed steps before the timed ones (default 0)")
+    parser.add_argument("--warmup-batch", type=int, default=0,
+                        help="batch size of the warm-up steps (default: --batch): a job whose first steps (a "
+                             "validation pass, an autotuner's trials) took more memory than its steps now use")
     parser.add_argument("--start-at", type=float, default=0.0,
                         help="Unix time at which the timed steps start, after the warm-up (default: at once)")
     parser.add_argument("--pause-file", help="no steps while this file exists (a harness's switch)")
     parser.add_argument("--log-steps", action="store_true", help="a JSON line with the Unix time at each timed step's end")
     args = parser.parse_args()
     if (args.steps < 1 or args.replays < 0 or args.batch < 1 or args.dim < 8 or args.dim % 4 or args.gpu_ms < 0
-            or args.kernel_ms <= 0 or args.warmup_steps < 0):
+            or args.kernel_ms <= 0 or args.warmup_steps < 0 or args.warmup_batch < 0):
         parser.error("--steps >= 1, --replays >= 0, --batch >= 1, --dim a multiple of 4 and >= 8, --gpu-ms >= 0, "
-                     "--kernel-ms > 0, --warmup-steps >= 0")
+                     "--kernel-ms > 0, --warmup-steps >= 0, --warmup-batch >= 0")
 
     began = time.monotonic()
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -111,7 +114,7 @@ def main() -> int:
     label = torch.randint(0, 10, (args.batch,), device=dev)
     gpu = GpuTime(torch, args.gpu_ms, args.kernel_ms)
 
-    def step():
+    def step(img=img, label=label):
         opt.zero_grad(set_to_none=True)
         gpu.launch()
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -123,7 +126,11 @@ def main() -> int:
             time.sleep(args.sleep_ms / 1e3)
 
     for _ in range(args.warmup_steps):
-        step()
+        if args.warmup_batch:
+            step(torch.randn(args.warmup_batch, 3, 32, 32, device=dev),
+                 torch.randint(0, 10, (args.warmup_batch,), device=dev))
+        else:
+            step()
     torch.cuda.synchronize()
     warmup_s = time.monotonic() - began
     late_s = wait_for_start(args.start_at)

@@ -161,7 +161,14 @@ struct tandem_client_page {
                               graph replays, or no request yet) */
   uint32_t inflight_fail_opens; /* gated launches let through because no completion marker could
                                    cover the work counted in flight (its estimate could not fall) */
-  uint8_t reserved[56];
+  /* the memory pool (added in the reserved bytes: zero in an older client, which tandemd then
+     treats as before, cutting its quota down to what it holds): */
+  uint64_t working_set_bytes; /* the most bytes of pooled blocks live at once over the last 2-4 s:
+                                 what its steps use; tandemd takes no more of its memory than it
+                                 holds beyond this, unless memory_elastic */
+  uint32_t memory_elastic;    /* 1: it registered a memory-pressure callback (it frees on request),
+                                 so its quota may be cut below its working set */
+  uint8_t reserved[44];
 };
 
 struct tandem_shm_header {

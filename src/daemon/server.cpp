@@ -316,6 +316,7 @@ std::string Server::status_json() const {
                        {"admission_waits", c.admission_waits}, {"peak_mib", static_cast<double>(c.peak_bytes) / 1048576.0},
                        {"admission_wait_ms", static_cast<double>(c.admission_wait_ns) / 1e6},
                        {"bytes_in_use", c.bytes_in_use}, {"peak_bytes", c.peak_bytes},
+                       {"working_set_bytes", c.working_set_bytes}, {"memory_elastic", c.memory_elastic != 0},
                        {"quota_bytes", c.quota_bytes}, {"assigned_quota_bytes", s.assigned_quota_bytes},
                        {"quota_refusals", c.quota_refusals}, {"requests_open", c.requests_open},
                        {"latency_ms", static_cast<double>(c.latency_ns) / 1e6}, {"latency_samples", c.latency_samples},

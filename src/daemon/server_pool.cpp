@@ -24,6 +24,12 @@ uint64_t setting_bytes(SettingId id) {
 uint64_t watermark() { return setting_bytes(SettingId::TANDEM_MEM_WATERMARK); }
 uint64_t pool_chunk_bytes() { return setting_bytes(SettingId::TANDEM_MEM_CHUNK); }
 
+// What a training process keeps whatever online inference asks: the memory its steps use (its
+// working set), so that an unmodified job's next step does not run out of memory; one that
+// frees on request (a memory-pressure callback: train-sim --elastic, the micro-batch helper)
+// shrinks instead, and SIRIUS's policy may cut it down to nothing.
+uint64_t working_set_floor(const tandem_client_page& page) { return page.memory_elastic ? 0 : page.working_set_bytes; }
+
 }  // namespace
 
 bool Server::handle_pool_register(Client& client, const msg::PoolRegister& request, int fd) {
@@ -96,7 +102,8 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
   for (const auto& [id, c] : registry_.clients())
     if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0 && !c.closing &&
         c.trust_domain == client.trust_domain)
-      trainings.push_back({id, pool_.held_by(id), gpu(c.gpu)->segment().shm()->slots[c.slot].assigned_quota_bytes});
+      trainings.push_back({id, pool_.held_by(id), gpu(c.gpu)->segment().shm()->slots[c.slot].assigned_quota_bytes,
+                           working_set_floor(gpu(c.gpu)->segment().view(c.slot).v)});
   ReclaimPlan plan = plan_reclaim((wanted - n) * chunk, watermark(), chunk, trainings);
   for (const QuotaCut& cut : plan.cuts) {
     Client* t = registry_.find(cut.client);

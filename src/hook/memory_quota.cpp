@@ -118,6 +118,11 @@ void uncharge_memory(uint64_t bytes) noexcept {
   memory_counters().bytes_in_use.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
+bool memory_pressure_registered() noexcept {
+  std::lock_guard<std::mutex> lock(g_pressure_mutex);
+  return g_pressure_fn != nullptr;
+}
+
 void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept {
   std::lock_guard<std::mutex> lock(g_pressure_mutex);
   g_pressure_fn = fn;

@@ -414,6 +414,46 @@ void pool_after_fork_child() noexcept {
   g_state.store(0, std::memory_order_release);
 }
 
+bool pool_device(CUdevice* dev) noexcept {
+  if (g_state.load(std::memory_order_acquire) <= 0) return false;
+  *dev = g_pool_device;
+  return true;
+}
+
+PoolLevels pool_levels() noexcept {
+  PoolLevels l;
+  if (g_state.load(std::memory_order_acquire) <= 0) return l;
+  g_pool->usage(l.held, l.live);
+  g_pool->peaks(l.held_peak, l.live_peak);
+  return l;
+}
+
+void pool_reset_peaks(bool held, bool live) noexcept {
+  if (g_state.load(std::memory_order_acquire) > 0) g_pool->reset_peaks(held, live);
+}
+
+uint64_t pool_trim_to(uint64_t keep_bytes) noexcept {
+  if (g_state.load(std::memory_order_acquire) <= 0) return 0;
+  try {
+    return g_pool->trim(keep_bytes, true);
+  } catch (...) {
+    return 0;
+  }
+}
+
+uint64_t pool_working_set(uint64_t now_ns) noexcept {
+  constexpr uint64_t kWindowNs = 2000000000ull;
+  static uint64_t window_start = 0, current = 0, previous = 0;  // the progress thread's alone
+  if (g_state.load(std::memory_order_acquire) <= 0) return 0;
+  current = std::max(current, g_pool->take_window_peak());
+  if (now_ns - window_start >= kWindowNs) {
+    previous = current;
+    current = 0;
+    window_start = now_ns;
+  }
+  return std::max(previous, current);
+}
+
 PoolFigures pool_figures() noexcept {
   PoolFigures f;
   if (g_state.load(std::memory_order_acquire) <= 0) return f;

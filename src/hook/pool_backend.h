@@ -28,6 +28,23 @@ uint64_t pool_charge(uint64_t bytes) noexcept;
 // From the progress thread: gives idle chunks back when over the quota (training asked by
 // tandemd), or past twice the watermark of idle memory (inference, SIRIUS's InferRelease).
 void pool_tick() noexcept;
+// The device whose memory the pool's chunks are, when it serves (false: off or not set up yet;
+// never sets it up).
+bool pool_device(CUdevice* dev) noexcept;
+// What the device's memory pool reports while tandem's pool serves its stream-ordered
+// allocations (mempool_hooks.cpp): chunks held and blocks live, now and at their peak.
+struct PoolLevels {
+  uint64_t held = 0, live = 0, held_peak = 0, live_peak = 0;
+};
+PoolLevels pool_levels() noexcept;
+void pool_reset_peaks(bool held, bool live) noexcept;
+// Gives idle chunks back (to tandemd when registered) until at most `keep_bytes` are held,
+// after the pending frees finished (a synchronization when needed). Returns the bytes given.
+uint64_t pool_trim_to(uint64_t keep_bytes) noexcept;
+// From the progress thread, every tick: the most bytes of blocks live at once over the last
+// 2-4 s (two windows of 2 s), what the process's steps use (0: pool off). tandemd takes no more
+// of an unmodified training job's memory than it holds beyond this (docs/memory.md).
+uint64_t pool_working_set(uint64_t now_ns) noexcept;
 // For the stats file (`on` false: the pool is off).
 struct PoolFigures {
   bool on = false;

@@ -231,6 +231,8 @@ void* progress_main(void*) {
       // Also those counted before the registration (the launch publishes the rest at once).
       publish_collectives(page, g_collectives_launched.load(std::memory_order_relaxed));
       memory_pressure_tick(now);
+      __atomic_store_n(&page->working_set_bytes, pool_working_set(now), __ATOMIC_RELAXED);
+      __atomic_store_n(&page->memory_elastic, memory_pressure_registered() ? 1u : 0u, __ATOMIC_RELAXED);
       pool_tick();
       zico_progress_tick();
       if (g_role == TANDEM_ROLE_INFERENCE) publish_request_latency();

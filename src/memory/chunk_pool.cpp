@@ -74,9 +74,21 @@ uint64_t ChunkPool::with_reuse(Try&& attempt) {
     if (uint64_t p = attempt(false)) return p;
   }
   if (uint64_t p = attempt(true)) return p;
-  if (pending_.empty()) return 0;
-  reap(true);
-  return attempt(false);
+  if (!pending_.empty()) {
+    reap(true);
+    if (uint64_t p = attempt(false)) return p;
+  }
+  // No memory to grow with, and the idle chunks held cannot take the block (a run needs
+  // consecutive slots, and idle chunks sit where earlier blocks were): they go back (to tandemd,
+  // or the driver) and come again where the block needs them. Without this a full GPU failed an
+  // allocation its own idle memory could hold (PyTorch's caching allocator, retrying a large
+  // block after freeing its cache, ran out of memory).
+  if (!idle_bytes()) return 0;
+  {
+    std::lock_guard<std::mutex> chunks(chunk_mutex_);
+    trim_locked(0, true);
+  }
+  return attempt(true);
 }
 
 uint64_t ChunkPool::allocate(uint64_t bytes) {
@@ -95,7 +107,7 @@ uint64_t ChunkPool::allocate_small(uint64_t bytes, bool grow) {
     if (offset == RangeAllocator::kNone) return unclaim_block(i), 0;
     uint64_t ptr = slot_va(i) + offset;
     blocks_[ptr] = Block{bytes, i, 0, s.stamp};
-    live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    note_live(live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
     hint_ = i;
     return ptr;
   };
@@ -160,7 +172,7 @@ uint64_t ChunkPool::allocate_run(uint64_t bytes, bool grow) {
   }
   uint64_t ptr = slot_va(start);
   blocks_[ptr] = Block{bytes, start, n, stamp};
-  live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  note_live(live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
   return ptr;
 }
 
@@ -173,7 +185,7 @@ void ChunkPool::mark_mapped(uint32_t i) {
   if (std::find(small_slots_.begin(), small_slots_.end(), i) == small_slots_.end()) small_slots_.push_back(i);
   shared_[i].last_free_seq.store(0, std::memory_order_relaxed);
   shared_[i].use.store(kMapped, std::memory_order_release);
-  held_bytes_.fetch_add(chunk_bytes_, std::memory_order_relaxed);
+  raise_peak(held_peak_, held_bytes_.fetch_add(chunk_bytes_, std::memory_order_relaxed) + chunk_bytes_);
 }
 
 // Read-write access once per contiguous run of the new mappings, then one memset per run of
@@ -403,6 +415,20 @@ uint64_t ChunkPool::idle_bytes() const {
   for (uint32_t i = 0; i < slot_count_; ++i)
     idle += shared_[i].use.load(std::memory_order_relaxed) == kMapped ? chunk_bytes_ : 0;
   return idle;
+}
+
+void ChunkPool::peaks(uint64_t& held_peak, uint64_t& live_peak) const {
+  held_peak = held_peak_.load(std::memory_order_relaxed);
+  live_peak = live_peak_.load(std::memory_order_relaxed);
+}
+
+void ChunkPool::reset_peaks(bool held, bool live) {
+  if (held) held_peak_.store(held_bytes_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  if (live) live_peak_.store(live_bytes_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+uint64_t ChunkPool::take_window_peak() {
+  return window_peak_.exchange(live_bytes_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 void ChunkPool::usage(uint64_t& held, uint64_t& live) const {

@@ -129,6 +129,13 @@ class ChunkPool {
   void usage(uint64_t& held, uint64_t& live) const;
   // Chunks held with no live block in them, lock-free (what cuMemGetInfo counts as free).
   uint64_t idle_bytes() const;
+  // The most bytes held and live at once since the pool began or reset_peaks() (the device
+  // memory pool's "high" attributes, which frameworks read as their peak memory).
+  void peaks(uint64_t& held_peak, uint64_t& live_peak) const;
+  void reset_peaks(bool held, bool live);
+  // The most bytes live at once since the previous call (or the start), and a new window from
+  // the bytes live now: the progress thread's look at the working set.
+  uint64_t take_window_peak();
   // Checks every chunk's sub-allocator and the slot table (tests, debug builds).
   bool check(const char** why) const;
 
@@ -217,6 +224,17 @@ class ChunkPool {
   // Frees are numbered; every free up to synced_seq_ is known finished on the GPU.
   std::atomic<uint64_t> free_seq_{0}, synced_seq_{0};
   std::atomic<uint64_t> held_bytes_{0}, live_bytes_{0}, pending_bytes_{0};
+  std::atomic<uint64_t> held_peak_{0}, live_peak_{0}, window_peak_{0};
+  void note_live(uint64_t live) {
+    raise_peak(live_peak_, live);
+    raise_peak(window_peak_, live);
+  }
+  // A high-water mark: one relaxed load on the allocation path unless `now` is a new peak.
+  static void raise_peak(std::atomic<uint64_t>& peak, uint64_t now) {
+    for (uint64_t seen = peak.load(std::memory_order_relaxed);
+         now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed);) {
+    }
+  }
   std::atomic<uint64_t> slow_calls_{0};
   // Counters of the chunk lock's work, read by stats() without it.
   std::atomic<uint64_t> chunks_created_{0}, chunks_received_{0}, chunks_released_{0}, syncs_{0},

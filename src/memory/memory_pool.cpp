@@ -199,7 +199,8 @@ ReclaimPlan plan_reclaim(uint64_t shortfall, uint64_t watermark, uint64_t chunk_
     if (plan.taken >= want) break;
     // What it may keep now: its pooled memory, or less when its quota is already lower.
     uint64_t keeps = t.quota && t.quota < t.held ? t.quota : t.held;
-    uint64_t take = std::min(keeps / chunk_bytes * chunk_bytes, want - plan.taken);
+    uint64_t spare = keeps - std::min(keeps, t.floor);
+    uint64_t take = std::min(spare / chunk_bytes * chunk_bytes, want - plan.taken);
     if (!take) continue;
     plan.taken += take;
     plan.cuts.push_back({t.client, std::max<uint64_t>(keeps - take, 1), take});

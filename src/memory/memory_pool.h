@@ -86,6 +86,7 @@ struct TrainingHolder {
   uint64_t client = 0;
   uint64_t held = 0;   // pooled bytes it holds
   uint64_t quota = 0;  // its quota now (0: none)
+  uint64_t floor = 0;  // what it keeps whatever is asked: its working set, unless it frees on request
 };
 struct QuotaCut {
   uint64_t client = 0;

@@ -83,6 +83,9 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
   v.peak_bytes = b.at_most(raw.peak_bytes, B::kMaxBytes, "peak_bytes");
   v.bytes_in_use = b.at_most(raw.bytes_in_use, B::kMaxBytes, "bytes_in_use");
   v.quota_bytes = b.at_most(raw.quota_bytes, B::kMaxBytes, "quota_bytes");
+  // Only keeps memory from being taken from the process itself.
+  v.working_set_bytes = b.at_most(raw.working_set_bytes, B::kMaxBytes, "working_set_bytes");
+  v.memory_elastic = raw.memory_elastic ? 1 : 0;
   v.request_ns = b.at_most(raw.request_ns, B::kMaxDurationNs, "request_ns");
   v.latency_ns = b.at_most(raw.latency_ns, B::kMaxDurationNs, "latency_ns");
   v.requests_open = b.at_most(raw.requests_open, B::kMaxRequestsOpen, "requests_open");

@@ -25,6 +25,7 @@ struct FakeMarker {
 struct FakeDriver : PoolDriver {
   uint64_t next_handle = 1;
   bool can_create = true;
+  size_t capacity = SIZE_MAX;  // chunks the "GPU" can hold at once
   int syncs = 0;
   std::set<uint64_t> live_handles;
   std::vector<std::pair<uint64_t, uint64_t>> zeroed;  // zero-filled: address, bytes
@@ -34,7 +35,7 @@ struct FakeDriver : PoolDriver {
 
   bool reserve(uint64_t, uint64_t& base) override { return base = 1ull << 40, true; }
   bool create(uint64_t, uint64_t& handle) override {
-    if (!can_create) return false;
+    if (!can_create || live_handles.size() >= capacity) return false;
     live_handles.insert(handle = next_handle++);
     return true;
   }
@@ -162,6 +163,26 @@ TEST_CASE("pool: small blocks share a chunk; large ones get contiguous runs of c
   require_consistent(pool);
 }
 
+TEST_CASE("pool: on a full GPU, idle chunks that cannot take a run go back and come again as the run", "[memory]") {
+  PoolRig rig(8);
+  rig.daemon.is_linked = false;  // given-back chunks return to the driver
+  rig.driver.capacity = 4;
+  std::vector<uint64_t> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(rig.pool.allocate(kChunk * 3 / 4));  // a chunk each
+  for (uint64_t b : blocks) REQUIRE(b);
+  // Every other chunk idle: no two of them consecutive.
+  REQUIRE(rig.pool.free(blocks[0], true, nullptr, false, nullptr));
+  REQUIRE(rig.pool.free(blocks[2], true, nullptr, false, nullptr));
+  rig.driver.finish_all_work();
+  REQUIRE(rig.pool.stats().held_bytes == 4 * kChunk);
+  uint64_t run = rig.pool.allocate(2 * kChunk - kMiB);
+  REQUIRE(run);
+  REQUIRE(rig.pool.stats().held_bytes == 4 * kChunk);
+  REQUIRE(rig.driver.live_handles.size() == 4);
+  require_consistent(rig.pool);
+  for (uint64_t b : {blocks[1], blocks[3], run}) REQUIRE(rig.pool.free(b, true, nullptr, false, nullptr));
+}
+
 TEST_CASE("pool: a freed block is reused only after the GPU finished the work queued before the free", "[memory]") {
   PoolRig rig(8);
   auto& [driver, daemon, pool] = rig;
@@ -243,6 +264,22 @@ TEST_CASE("memory policy: inference's shortfall plus W, in whole chunks, from th
   plan = plan_reclaim(c, 0, c, {{2, 512 * kMiB, 128 * kMiB}});
   REQUIRE(plan.cuts[0].quota == 96 * kMiB);
   REQUIRE(plan.cuts[0].taken == c);
+}
+
+TEST_CASE("memory policy: a training job keeps its working set unless it frees on request", "[memory]") {
+  constexpr uint64_t c = 32 * kMiB;
+  // Holds 640 MiB, its steps use 400: at most 224 MiB (7 chunks) can go, though 320 are asked.
+  auto plan = plan_reclaim(320 * kMiB, 0, c, {{1, 640 * kMiB, 0, 400 * kMiB}});
+  REQUIRE(plan.taken == 7 * c);
+  REQUIRE(plan.cuts[0].quota == 640 * kMiB - 7 * c);
+  REQUIRE(plan.cuts[0].quota >= 400 * kMiB);
+  REQUIRE(plan.missing == 320 * kMiB - 7 * c);
+  // The rest from a second job's spare memory; one whose working set is all it holds gives nothing.
+  plan = plan_reclaim(320 * kMiB, 0, c, {{1, 640 * kMiB, 0, 400 * kMiB}, {2, 256 * kMiB, 0, 256 * kMiB},
+                                          {3, 128 * kMiB, 0, 0}});
+  REQUIRE(plan.taken == 10 * c);
+  REQUIRE(plan.missing == 0);
+  for (const auto& cut : plan.cuts) REQUIRE(cut.client != 2);
 }
 
 TEST_CASE("memory policy: nothing left to give is said, never a quota of none", "[memory]") {
