@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""examples/pytorch/tandem_microbatch.py (SIRIUS's instant adjustment: micro-batches that give
+memory back) with real PyTorch on the simulated GPU. The training process is
+tests/e2e/microbatch_probe.py: its model computes on the CPU (the simulator runs no kernels) and
+holds its activations in GPU memory, 12 MiB per sample and layer, 8 samples a step, k = 2.
+
+  plain     without libtandem: a plain gradient accumulator (k = 1, 2, 3, 8) whose parameters
+            after 14 steps equal full-batch training's (relative 1e-5)
+  pressure  under libtandem beside tandemd: tandemctl lowers the quota under what the process
+            holds in the middle of a forward (96 MiB held, quota 64 MiB; later 48 held, 40),
+            the runner discards the running micro-batch, empties the cache, reports the release
+            and doubles k (2 -> 4 -> 8); the quota raised to 80 MiB brings k back to 4, cleared
+            (`none`) to 2; the parameters equal full-batch training's. Prints the time from the
+            quota's change to the reported release.
+  oom       TANDEM_MEM_LIMIT=64M from the start: the first micro-batch's allocation fails, the
+            runner discards it and goes on with k = 4, exactly
+
+usage: microbatch_e2e.py BUILD_DIR CASE
+"""
+import json
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from e2e_util import Env, check, preload, wait_for  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYTHON = os.environ.get("TANDEM_TEST_PYTHON") or os.path.join(ROOT, ".venv", "bin", "python")
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "microbatch_probe.py")
+SKIP = 77
+MIB = 1 << 20
+TOLERANCE = 1e-5  # relative, float32: the summation order changes with k
+
+
+def require_torch():
+    if not os.path.exists(PYTHON):
+        print(f"SKIP: no PyTorch venv at {PYTHON} (scripts/setup-venv.sh could not create it)")
+        sys.exit(SKIP)
+    r = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        print(f"SKIP: torch does not import in {PYTHON}: {r.stderr.strip()[-500:]}")
+        sys.exit(SKIP)
+
+
+class Probe:
+    """microbatch_probe.py running; its JSON lines through a queue (read by a thread)."""
+
+    def __init__(self, env, args, tandem=True, name="probe", **settings):
+        e = dict(env.base, **settings)
+        if tandem:
+            e.update(LD_PRELOAD=preload(env.build), TANDEM_ROLE="training",
+                     TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-%p.json"))
+        self.name = name
+        self.stderr_path = os.path.join(env.tmp, f"{name}.err")
+        self.p = env.popen([PYTHON, PROBE, ROOT, *args], env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=open(self.stderr_path, "w"), text=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            if line.startswith("{"):
+                self.lines.put(json.loads(line))
+        self.lines.put(None)
+
+    def next(self, timeout=90):
+        try:
+            ev = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            ev = None
+        if ev is None:
+            self.p.poll()
+            with open(self.stderr_path) as f:
+                err = f.read()[-3000:]
+            raise SystemExit(f"FAIL: {self.name} (pid {self.p.pid}) ended or went silent "
+                             f"(exit {self.p.returncode}):\n{err}")
+        return ev
+
+    def expect(self, event, timeout=90):
+        while True:
+            ev = self.next(timeout)
+            if ev["event"] == event:
+                return ev
+
+    def go(self):
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+
+
+def ctl(env, *args):
+    return subprocess.run([os.path.join(env.build, "bin", "tandemctl"), *args, "--socket", env.socket],
+                          capture_output=True, text=True, timeout=10)
+
+
+def mem_row(env, pid):
+    out = ctl(env, "mem", "--json")
+    rows = [r for r in json.loads(out.stdout)["processes"] if r["pid"] == pid] if out.returncode == 0 else []
+    return rows[0] if rows else None
+
+
+def set_quota(env, pid, size):
+    """tandemctl mem --set; the CLOCK_MONOTONIC time just before it ran."""
+    t = time.monotonic_ns()
+    r = ctl(env, "mem", "--set", str(pid), size)
+    check(r.returncode == 0, f"tandemctl mem --set {pid} {size}: {r.stdout.strip()} {r.stderr.strip()}")
+    return t
+
+
+def stats_of(env, pid):
+    with open(os.path.join(env.tmp, f"stats-{pid}.json")) as f:
+        return json.load(f)
+
+
+def latencies(events, lowered):
+    """ms from each lowering of the quota to the release the runner reported for it."""
+    out = []
+    for step, t in lowered.items():
+        mine = [e for e in events if e["step"] == step and e["pressure_ns"] >= t]
+        if mine:
+            out.append(((mine[0]["pressure_ns"] - t) / 1e6, (mine[0]["released_ns"] - t) / 1e6))
+    return out
+
+
+def print_latencies(lat):
+    if lat:
+        called, released = [c for c, _ in lat], [r for _, r in lat]
+        print("quota lowered -> callback ms: " + " ".join(f"{c:.1f}" for c in called) +
+              f" (p50 {statistics.median(called):.1f}, max {max(called):.1f})")
+        print("quota lowered -> release reported ms: " + " ".join(f"{r:.1f}" for r in released) +
+              f" (p50 {statistics.median(released):.1f}, max {max(released):.1f})")
+
+
+def plain_case(env):
+    probe = Probe(env, ["--ks", "1,2,3,8"], tandem=False)
+    r = probe.expect("result")
+    print("runs:", json.dumps(r["runs"]))
+    for k, run in r["runs"].items():
+        check(not run["tandem"], f"k={k}: without libtandem the runner registers no callback")
+        check(run["micro_batches"] == 14 * int(k), f"k={k}: 14 steps of {k} micro-batches ({run['micro_batches']})")
+        check(run["diff"] <= TOLERANCE, f"k={k}: parameters equal full-batch training's (relative {run['diff']:.2e})")
+
+
+def pressure_case(env):
+    env.daemon()
+    probe = Probe(env, ["--steps", "16", "--pause-at", "2,5", "--sync-after", "8,11", "--pause-in-backward", "13"])
+    ready = probe.expect("ready")
+    pid = ready["pid"]
+    check(ready["tandem"], "the runner registered its memory-pressure callback with libtandem")
+    check(wait_for(lambda: mem_row(env, pid), seconds=20), "the process is registered with tandemd")
+    lowered, lower_to = {}, {2: "64M", 5: "40M", 13: "64M"}
+    steps = {}
+    while True:
+        ev = probe.next()
+        if ev["event"] in ("forward", "backward"):
+            lowered[ev["step"]] = set_quota(env, pid, lower_to[ev["step"]])
+        elif ev["event"] == "pressure_seen":
+            check(ev["pending"], f"step {ev['step']}: tandem called the runner's callback during the {ev['where']}")
+        elif ev["event"] == "step":
+            steps[ev["step"]] = ev
+        elif ev["event"] == "sync":
+            size = {8: "80M", 11: "none"}[ev["step"]]
+            set_quota(env, pid, size)
+            check(wait_for(lambda: (r := mem_row(env, pid)) and
+                           r["quota_bytes"] == (0 if size == "none" else 80 * MIB)), f"the quota is now {size}")
+            probe.go()
+        elif ev["event"] == "result":
+            r = ev
+            break
+    probe.p.wait(timeout=30)
+    print("k per step:", r["ks"])
+    print("events:", json.dumps(r["events"]))
+    print("stats:", json.dumps(r["stats"]))
+    s = r["stats"]
+    running = [e for e in r["events"] if e["phase"] in ("forward", "backward")]
+    check([(e["step"], e["phase"], e["discarded"]) for e in running] ==
+          [(2, "forward", True), (5, "forward", True), (13, "backward", True)],
+          f"the micro-batch running when the quota was lowered was discarded, each time (in the forward twice, "
+          f"then in the backward, after some of its gradients were computed): {running}")
+    check(s["discarded"] == 3 and s["discarded_samples"] == 4 + 2 + 4, f"4, 2 and 4 samples discarded ({s})")
+    check(running[0]["freed"] >= 64 * MIB and running[1]["freed"] >= 40 * MIB and running[2]["freed"] >= 64 * MIB,
+          "the cache was emptied: " + ", ".join(f"{e['freed'] // MIB}" for e in running) + " MiB released")
+    check(r["ks"][:3] == [2, 2, 2] and r["ks"][3:9] == [4, 4, 4, 8, 8, 8],
+          f"k doubled after each lowering, 2 -> 4 -> 8 ({r['ks']})")
+    check(r["ks"][9:12] == [4, 4, 4], "with the quota raised to 80 MiB, k regrew to 4 (8 samples of 24 MiB "
+          "would not fit) and stayed there")
+    check(r["ks"][12:14] == [2, 2] and s["regrows"] == 2, "with the quota cleared, k regrew to 2")
+    check(r["ks"][14:] == [4, 4], "lowered again in a backward, k went to 4")
+    check(steps[2]["micro_batches"] == 4 and steps[5]["micro_batches"] == 8 and steps[13]["micro_batches"] == 4,
+          "the discarded micro-batch's samples ran again: the steps ran 4 x 2, 8 x 1 and 4 x 2 samples")
+    check(r["diff"] <= TOLERANCE, f"the parameters equal full-batch training's (relative {r['diff']:.2e})")
+    m = stats_of(env, pid)["memory"]
+    check(m["quota_refusals"] == 0, "no allocation was refused: the runner gave memory back before it was needed")
+    check(m["pressure_calls"] >= 3 and m["reported_release_bytes"] == s["released_bytes"] > 0,
+          f"tandem counted the calls and the releases reported: {m['pressure_calls']} calls, "
+          f"{m['reported_release_bytes'] // MIB} MiB")
+    lat = latencies(r["events"], lowered)
+    check(len(lat) == 3 and all(rel < 5000 for _, rel in lat), "each release came within 5 s of the lowering")
+    print_latencies(lat)
+
+
+def oom_case(env):
+    probe = Probe(env, ["--steps", "6"], TANDEM_MEM_LIMIT="64M")
+    r = probe.expect("result")
+    probe.p.wait(timeout=30)
+    print("k per step:", r["ks"], "events:", json.dumps(r["events"]))
+    s = r["stats"]
+    check(s["ooms"] == 1 and s["discarded"] == 1, f"the first micro-batch ran out of memory and was discarded ({s})")
+    check(r["ks"] == [2] + [4] * 5, f"k went to 4 and stayed ({r['ks']})")
+    check(r["diff"] <= TOLERANCE, f"the parameters equal full-batch training's (relative {r['diff']:.2e})")
+    m = stats_of(env, r["pid"])["memory"]
+    check(m["quota_refusals"] >= 1, f"tandem refused the allocation ({m['quota_refusals']} refusals)")
+
+
+def main():
+    build, case = sys.argv[1], sys.argv[2]
+    require_torch()
+    env = Env(build)
+    t0 = time.monotonic()
+    try:
+        {"plain": plain_case, "pressure": pressure_case, "oom": oom_case}[case](env)
+    finally:
+        env.kill_started()
+    print(f"microbatch e2e {case}: ok ({time.monotonic() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
