@@ -32,6 +32,13 @@ How it works (docs/memory.md, "Micro-batches that give memory back"):
   tandem answers with the quota's view) plus PyTorch's cached, unused memory holds the larger
   micro-batch's activations (the most device memory a micro-batch held after its forward, per
   sample, times the larger micro-batch's samples) with a 25 % margin.
+* Data parallel (torch.distributed initialized, world size > 1): pass the plain module, not a
+  DistributedDataParallel wrapper. The ranks agree on k before every step (the largest k any
+  rank wants, one all-reduce), so in steps without pressure every rank runs the same number of
+  micro-batches, and the runner all-reduces the accumulated gradients (mean over the ranks) once
+  per step, after the last micro-batch. A rank that shrinks inside a step does so on its own:
+  there is no collective between micro-batches, so no rank waits for another; the others take
+  its k at the next step. Every rank should get batches of the same size.
 
 Requirements and limits: loss_fn(output, target) returns the mean over the micro-batch's samples
 (reduction="mean"; pass reduction="sum" for a sum). Exactness holds for models whose output for a
@@ -107,31 +114,38 @@ def _batch_size(x):
 class MicrobatchRunner:
     """Runs training steps as micro-batches that shrink under tandem's memory pressure.
 
-    model, optimizer: the module and its optimizer.
+    model, optimizer: the module (not a DistributedDataParallel wrapper) and its optimizer.
     loss_fn(output, target): the loss of a micro-batch, a mean over its samples (or a sum with
         reduction="sum").
     micro_batches: k without pressure, the least k the runner regrows to.
     max_micro_batches: the largest k (default and at most: the batch size, one sample each).
+    process_group: the data-parallel group (default: the world, when torch.distributed is
+        initialized).
 
-    Attributes: k (micro-batches of the next step); step_k (those the last step started with);
-    tandem (True when tandem's callback is registered); stats (a Counter: steps, micro_batches (run
-    to the end), discarded, discarded_samples, pressure (tandem's requests), shrinks, regrows,
-    released_bytes, ooms (handled)); events (the last 256 adjustments, dicts: step, phase (where the
-    request was met: "forward", "backward", "between" micro-batches, "update", "idle" between steps,
-    or "oom"), discarded, k after it, freed bytes, pressure_ns (tandem's call) and released_ns on
-    CLOCK_MONOTONIC (time.monotonic_ns()), quota and in_use as tandem gave them).
+    Attributes: k (micro-batches of the next step); step_k (those the last step started with, after
+    the ranks agreed); tandem (True when tandem's callback is registered); stats (a Counter: steps,
+    micro_batches (run to the end), discarded, discarded_samples, pressure (tandem's requests),
+    shrinks, regrows, followed (k raised to another rank's), released_bytes, ooms (handled)); events
+    (the last 256 adjustments, dicts: step, phase (where the request was met: "forward", "backward",
+    "between" micro-batches, "update", "idle" between steps, or "oom"), discarded, k after it, freed
+    bytes, pressure_ns (tandem's call) and released_ns on CLOCK_MONOTONIC (time.monotonic_ns()),
+    quota and in_use as tandem gave them).
     """
 
-    def __init__(self, model, optimizer, loss_fn, micro_batches=1, max_micro_batches=None, reduction="mean"):
+    def __init__(self, model, optimizer, loss_fn, micro_batches=1, max_micro_batches=None, process_group=None,
+                 reduction="mean"):
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            raise ValueError("MicrobatchRunner: pass the plain module; the runner all-reduces the gradients itself")
         if micro_batches < 1 or reduction not in ("mean", "sum"):
             raise ValueError("MicrobatchRunner: micro_batches >= 1, reduction 'mean' or 'sum'")
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.base_k = self.k = self.step_k = int(micro_batches)
         self.max_k = max_micro_batches
         self.reduction = reduction
+        self.group = process_group
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.stats = collections.Counter(steps=0, micro_batches=0, discarded=0, discarded_samples=0, pressure=0,
-                                         shrinks=0, regrows=0, released_bytes=0, ooms=0)
+                                         shrinks=0, regrows=0, followed=0, released_bytes=0, ooms=0)
         self.events = collections.deque(maxlen=256)
         self._cap = max_micro_batches or (1 << 30)  # the largest k for the batch at hand
         self._phase = None           # "forward"/"backward" while a micro-batch runs, "update", None
@@ -194,7 +208,8 @@ class MicrobatchRunner:
     def step(self, inputs, targets):
         """One training step on the batch (inputs, targets): tensors, or tuples/lists/dicts of
         them, split along dim 0. Returns the batch's loss (0-dim, detached: loss_fn's value for
-        the whole batch). The gradients applied are the whole batch's."""
+        the whole batch). The gradients applied are the whole batch's; under data parallelism
+        their mean over the ranks."""
         n = _batch_size(inputs)
         if not n:
             raise ValueError("MicrobatchRunner.step: no tensor with a batch dimension in inputs")
@@ -203,7 +218,7 @@ class MicrobatchRunner:
         self._pressure_in_step = False
         try:
             before = self.k
-            self.k = max(1, min(self._wanted_k(), self._cap))
+            self.k = max(1, min(self._agree(self._wanted_k()), self._cap))
             if self.k < before:
                 self.stats["regrows"] += 1
             self.step_k = self.k
@@ -239,6 +254,7 @@ class MicrobatchRunner:
                 split[3] += 1
                 self.stats["micro_batches"] += 1
             self._phase = "update"
+            self._all_reduce(acc)
             for p, g in zip(self.params, acc):
                 p.grad = g
             self.optimizer.step()
@@ -321,7 +337,7 @@ class MicrobatchRunner:
         return freed
 
     def _wanted_k(self):
-        """k for the next step: the current one, or half of it when the memory is
+        """This rank's k for the next step: the current one, or half of it when the memory is
         there again."""
         if self._pressure or not self._calm or self.k <= self.base_k or not self._bytes_per_sample \
                 or not torch.cuda.is_initialized():
@@ -331,6 +347,48 @@ class MicrobatchRunner:
         free, _total = torch.cuda.mem_get_info()
         cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
         return half if free + cached >= need else self.k
+
+    # --- data parallel ---
+
+    def _distributed(self):
+        dist = torch.distributed
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size(self.group) > 1
+
+    def _collective_device(self):
+        if torch.distributed.get_backend(self.group) == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def _agree(self, k):
+        """The largest k any rank wants, so that every rank runs as many micro-batches."""
+        if not self._distributed():
+            return k
+        t = torch.tensor([k], dtype=torch.int64, device=self._collective_device())
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=self.group)
+        agreed = int(t.item())
+        if agreed > self.k:
+            self.stats["followed"] += 1
+        return agreed
+
+    def _all_reduce(self, acc):
+        """The accumulated gradients' mean over the ranks: one all-reduce per device and dtype."""
+        if not self._distributed():
+            return
+        for i, p in enumerate(self.params):
+            if acc[i] is None:  # every rank sends the same tensors
+                acc[i] = torch.zeros_like(p)
+        world = torch.distributed.get_world_size(self.group)
+        groups = collections.defaultdict(list)
+        for i, g in enumerate(acc):
+            groups[(g.device, g.dtype)].append(i)
+        for idx in groups.values():
+            flat = torch.cat([acc[i].reshape(-1) for i in idx])
+            torch.distributed.all_reduce(flat, group=self.group)
+            flat.div_(world)
+            offset = 0
+            for i in idx:
+                acc[i].copy_(flat[offset:offset + acc[i].numel()].view_as(acc[i]))
+                offset += acc[i].numel()
 
     # --- the end ---
 

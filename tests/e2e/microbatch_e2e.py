@@ -14,12 +14,17 @@ holds its activations in GPU memory, 12 MiB per sample and layer, 8 samples a st
             quota's change to the reported release.
   oom       TANDEM_MEM_LIMIT=64M from the start: the first micro-batch's allocation fails, the
             runner discards it and goes on with k = 4, exactly
+  ddp       two ranks (gloo, CPU tensors) under libtandem: rank 1's quota is lowered in a
+            forward; rank 1 shrinks in that step, both ranks run its k from the next step on
+            (they agree before every step), regrow together once it is cleared, and end with
+            identical parameters equal to full-batch training on the whole global batch
 
 usage: microbatch_e2e.py BUILD_DIR CASE
 """
 import json
 import os
 import queue
+import socket
 import statistics
 import subprocess
 import sys
@@ -216,13 +221,66 @@ def oom_case(env):
     check(m["quota_refusals"] >= 1, f"tandem refused the allocation ({m['quota_refusals']} refusals)")
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_case(env):
+    env.daemon()
+    port = str(free_port())
+    # Rank 1 pauses in step 2's first forward (its quota is lowered then) and after step 5 (cleared).
+    ranks = [Probe(env, ["--steps", "8", *(["--pause-at", "2", "--sync-after", "5"] if rank else [])],
+                   name=f"rank{rank}",
+                   RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                   GLOO_SOCKET_IFNAME="lo")
+             for rank in range(2)]
+    pids = [rank.expect("ready", timeout=120)["pid"] for rank in ranks]
+    check(wait_for(lambda: all(mem_row(env, pid) for pid in pids), seconds=20), "both ranks are registered")
+    results = [None, None]
+
+    def rank0():
+        results[0] = ranks[0].expect("result", timeout=110)
+
+    t = threading.Thread(target=rank0)
+    t.start()
+    lowered = {}
+    while True:
+        ev = ranks[1].next()
+        if ev["event"] == "forward":
+            lowered[ev["step"]] = set_quota(env, pids[1], "64M")
+        elif ev["event"] == "sync":
+            set_quota(env, pids[1], "none")
+            check(wait_for(lambda: (r := mem_row(env, pids[1])) and r["quota_bytes"] == 0), "rank 1's quota is cleared")
+            ranks[1].go()
+        elif ev["event"] == "result":
+            results[1] = ev
+            break
+    t.join(timeout=120)
+    check(results[0] is not None, "rank 0 finished")
+    for rank, r in enumerate(results):
+        print(f"rank {rank}: k per step {r['ks']}, stats {json.dumps(r['stats'])}")
+    r0, r1 = results
+    check(r1["stats"]["discarded"] == 1 and r1["stats"]["shrinks"] == 1 and r0["stats"]["discarded"] == 0,
+          "rank 1 discarded its running micro-batch when its quota was lowered; rank 0 had no pressure")
+    check(r0["ks"] == r1["ks"] == [2, 2, 2, 4, 4, 4, 2, 2],
+          f"both ranks ran the same k every step: rank 1's from the step after its shrink, regrown together "
+          f"after its quota was cleared ({r0['ks']} / {r1['ks']})")
+    check(r0["stats"]["followed"] == 1, "rank 0 took k = 4 from rank 1 through the agreement")
+    check(r0["digest"] == r1["digest"], "the ranks' parameters are identical")
+    check(r0["diff"] <= TOLERANCE and r1["diff"] <= TOLERANCE,
+          f"and equal full-batch training's on the global batch (relative {r0['diff']:.2e})")
+    print_latencies(latencies(r1["events"], lowered))
+
+
 def main():
     build, case = sys.argv[1], sys.argv[2]
     require_torch()
     env = Env(build)
     t0 = time.monotonic()
     try:
-        {"plain": plain_case, "pressure": pressure_case, "oom": oom_case}[case](env)
+        {"plain": plain_case, "pressure": pressure_case, "oom": oom_case, "ddp": ddp_case}[case](env)
     finally:
         env.kill_started()
     print(f"microbatch e2e {case}: ok ({time.monotonic() - t0:.0f} s)")

@@ -19,8 +19,11 @@ usage: microbatch_probe.py REPO_ROOT [--steps N] [--batch B] [--k K] [--mib-per-
                            [--pause-at S,S] [--pause-in-backward S,S] [--sync-after S,S]
                            [--no-gpu] [--ks K,K]
   --ks K,K   no training run of its own: one run per k (without pressure) against the reference
+  Data parallel when RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are set (gloo, CPU tensors);
+  --batch is then each rank's share of the global batch.
 """
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -136,6 +139,13 @@ def compare(model, ref):
                for a, b in zip(model.parameters(), ref.parameters()))
 
 
+def digest(model):
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(bytes(p.detach().contiguous().view(-1).view(torch.uint8).tolist()))
+    return h.hexdigest()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
@@ -152,12 +162,16 @@ def main():
     sys.path.insert(0, os.path.join(a.root, "examples", "pytorch"))
     from tandem_microbatch import MicrobatchRunner
 
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1:
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     nbytes = 0 if a.no_gpu else int(a.mib_per_sample * (1 << 20))
     if nbytes:
         warm = torch.ones(1, device="cuda")  # a kernel launch: tandem registers with tandemd after one
         torch.cuda.synchronize()
         del warm
-    xs, ys = data(a.steps, a.batch)
+    xs, ys = data(a.steps, a.batch * world)
+    mine = slice(rank * a.batch, (rank + 1) * a.batch)
     ref = reference(a.steps, xs, ys)
 
     if a.ks:
@@ -166,7 +180,7 @@ def main():
             model = build_model(0, nbytes)
             with MicrobatchRunner(model, optimizer_for(model), torch.nn.functional.mse_loss, micro_batches=k) as r:
                 for s in range(a.steps):
-                    r.step(xs[s], ys[s])
+                    r.step(xs[s][mine], ys[s][mine])
                 results[k] = dict(diff=compare(model, ref), micro_batches=r.stats["micro_batches"], tandem=r.tandem)
         emit(event="result", runs=results)
         return
@@ -174,15 +188,18 @@ def main():
     pause = Pause((int(x) for x in a.pause_at.split(",") if x), (int(x) for x in a.pause_in_backward.split(",") if x))
     sync_after = {int(x) for x in a.sync_after.split(",") if x}
     model = build_model(0, nbytes, pause)
+    if world > 1:  # as DistributedDataParallel does: every rank starts from rank 0's parameters
+        for p in model.parameters():
+            torch.distributed.broadcast(p.data, 0)
     runner = MicrobatchRunner(model, optimizer_for(model), torch.nn.functional.mse_loss, micro_batches=a.k)
     pause.runner = runner
-    emit(event="ready", pid=os.getpid(), tandem=runner.tandem)
+    emit(event="ready", pid=os.getpid(), rank=rank, tandem=runner.tandem)
     ks, losses = [], []
     t0 = time.monotonic()
     for s in range(a.steps):
         pause.step = s
         before = runner.stats["micro_batches"]
-        loss = runner.step(xs[s], ys[s])
+        loss = runner.step(xs[s][mine], ys[s][mine])
         ks.append(runner.step_k)
         losses.append(float(loss))
         emit(event="step", step=s, k=runner.step_k, k_after=runner.k,
@@ -194,9 +211,12 @@ def main():
     seconds = time.monotonic() - t0
     registered = runner.tandem
     runner.close()
-    emit(event="result", pid=os.getpid(), diff=compare(model, ref), stats=dict(runner.stats),
+    emit(event="result", pid=os.getpid(), rank=rank, diff=compare(model, ref), digest=digest(model),
+         stats=dict(runner.stats),
          events=list(runner.events), ks=ks, losses=losses, seconds=seconds, tandem=registered,
          closed=not runner.tandem)
+    if world > 1:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
