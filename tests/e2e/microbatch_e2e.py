@@ -10,8 +10,9 @@ holds its activations in GPU memory, 12 MiB per sample and layer, 8 samples a st
             holds in the middle of a forward (96 MiB held, quota 64 MiB; later 48 held, 40),
             the runner discards the running micro-batch, empties the cache, reports the release
             and doubles k (2 -> 4 -> 8); the quota raised to 80 MiB brings k back to 4, cleared
-            (`none`) to 2; the parameters equal full-batch training's. Prints the time from the
-            quota's change to the reported release.
+            (`none`) to 2; the parameters equal full-batch training's; lowered between steps,
+            the callback empties the cache itself. Prints the time from the quota's change to
+            the reported release.
   oom       TANDEM_MEM_LIMIT=64M from the start: the first micro-batch's allocation fails, the
             runner discards it and goes on with k = 4, exactly
   ddp       two ranks (gloo, CPU tensors) under libtandem: rank 1's quota is lowered in a
@@ -122,22 +123,25 @@ def stats_of(env, pid):
 
 
 def latencies(events, lowered):
-    """ms from each lowering of the quota to the release the runner reported for it."""
+    """(phase, ms to tandem's call, ms to the release reported) for each lowering of the quota
+    (CLOCK_MONOTONIC times), from the first adjustment after it."""
     out = []
-    for step, t in lowered.items():
-        mine = [e for e in events if e["step"] == step and e["pressure_ns"] >= t]
+    for t in sorted(lowered.values()):
+        mine = [e for e in events if e["pressure_ns"] >= t]
         if mine:
-            out.append(((mine[0]["pressure_ns"] - t) / 1e6, (mine[0]["released_ns"] - t) / 1e6))
+            out.append((mine[0]["phase"], (mine[0]["pressure_ns"] - t) / 1e6, (mine[0]["released_ns"] - t) / 1e6))
     return out
 
 
 def print_latencies(lat):
-    if lat:
-        called, released = [c for c, _ in lat], [r for _, r in lat]
-        print("quota lowered -> callback ms: " + " ".join(f"{c:.1f}" for c in called) +
-              f" (p50 {statistics.median(called):.1f}, max {max(called):.1f})")
-        print("quota lowered -> release reported ms: " + " ".join(f"{r:.1f}" for r in released) +
-              f" (p50 {statistics.median(released):.1f}, max {max(released):.1f})")
+    for label, rows in (("in a step", [x for x in lat if x[0] != "idle"]),
+                        ("between steps", [x for x in lat if x[0] == "idle"])):
+        if rows:
+            called, released = [c for _, c, _ in rows], [r for _, _, r in rows]
+            print(f"{label}: quota lowered -> callback ms: " + " ".join(f"{c:.1f}" for c in called) +
+                  f" (p50 {statistics.median(called):.1f}, max {max(called):.1f}); -> release reported ms: " +
+                  " ".join(f"{r:.1f}" for r in released) +
+                  f" (p50 {statistics.median(released):.1f}, max {max(released):.1f})")
 
 
 def plain_case(env):
@@ -152,7 +156,7 @@ def plain_case(env):
 
 def pressure_case(env):
     env.daemon()
-    probe = Probe(env, ["--steps", "16", "--pause-at", "2,5", "--sync-after", "8,11", "--pause-in-backward", "13"])
+    probe = Probe(env, ["--steps", "16", "--pause-at", "2,5", "--sync-after", "8,11,15", "--pause-in-backward", "13"])
     ready = probe.expect("ready")
     pid = ready["pid"]
     check(ready["tandem"], "the runner registered its memory-pressure callback with libtandem")
@@ -167,6 +171,13 @@ def pressure_case(env):
             check(ev["pending"], f"step {ev['step']}: tandem called the runner's callback during the {ev['where']}")
         elif ev["event"] == "step":
             steps[ev["step"]] = ev
+        elif ev["event"] == "sync" and ev["step"] == 15:
+            # Between steps: the callback, on tandem's thread, empties the cache itself.
+            held = mem_row(env, pid)["bytes_in_use"]
+            lowered[15] = set_quota(env, pid, "16M")
+            check(held > 16 * MIB and wait_for(lambda: mem_row(env, pid)["bytes_in_use"] <= 16 * MIB),
+                  f"lowered to 16 MiB between steps, the process gave back its cache ({held // MIB} MiB held)")
+            probe.go()
         elif ev["event"] == "sync":
             size = {8: "80M", 11: "none"}[ev["step"]]
             set_quota(env, pid, size)
@@ -195,6 +206,8 @@ def pressure_case(env):
           "would not fit) and stayed there")
     check(r["ks"][12:14] == [2, 2] and s["regrows"] == 2, "with the quota cleared, k regrew to 2")
     check(r["ks"][14:] == [4, 4], "lowered again in a backward, k went to 4")
+    idle = [e for e in r["events"] if e["phase"] == "idle"]
+    check(len(idle) == 1 and idle[0]["freed"] > 16 * MIB, f"the release between steps came from the callback: {idle}")
     check(steps[2]["micro_batches"] == 4 and steps[5]["micro_batches"] == 8 and steps[13]["micro_batches"] == 4,
           "the discarded micro-batch's samples ran again: the steps ran 4 x 2, 8 x 1 and 4 x 2 samples")
     check(r["diff"] <= TOLERANCE, f"the parameters equal full-batch training's (relative {r['diff']:.2e})")
@@ -204,7 +217,8 @@ def pressure_case(env):
           f"tandem counted the calls and the releases reported: {m['pressure_calls']} calls, "
           f"{m['reported_release_bytes'] // MIB} MiB")
     lat = latencies(r["events"], lowered)
-    check(len(lat) == 3 and all(rel < 5000 for _, rel in lat), "each release came within 5 s of the lowering")
+    check([phase for phase, _, _ in lat] == ["forward", "forward", "backward", "idle"] and
+          all(rel < 5000 for _, _, rel in lat), f"each release came within 5 s of the lowering: {lat}")
     print_latencies(lat)
 
 
