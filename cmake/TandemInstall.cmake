@@ -21,8 +21,10 @@ if(TARGET tandem-device-plugin)
 endif()
 # The client API (request markers, memory-pressure callback) for servers that call it.
 install(FILES include/tandem/client.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tandem COMPONENT runtime)
-# PyTorch's side of memory quotas: importable from here (PYTHONPATH) or copied into an image.
-install(FILES examples/pytorch/tandem_torch.py DESTINATION ${CMAKE_INSTALL_DATADIR}/tandem/python COMPONENT runtime)
+# PyTorch's side of memory quotas (the cache emptied; micro-batches that give memory back):
+# importable from here (PYTHONPATH) or copied into an image.
+install(FILES examples/pytorch/tandem_torch.py examples/pytorch/tandem_microbatch.py
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/tandem/python COMPONENT runtime)
 install(FILES README.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs COMPONENT runtime FILES_MATCHING PATTERN "*.md")
 

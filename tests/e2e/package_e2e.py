@@ -50,7 +50,8 @@ EXPOSURE_MAX = 20  # systemd-analyze security's --threshold: its exposure level 
 def expected_files(build):
     """Every file a /usr install holds, relative to the DESTDIR."""
     files = {"usr/lib/tandem/libtandem.so", "usr/sbin/tandemd", "usr/bin/tandemctl", "usr/include/tandem/client.h",
-             "usr/share/tandem/python/tandem_torch.py", "usr/share/doc/tandem/README.md",
+             "usr/share/tandem/python/tandem_torch.py", "usr/share/tandem/python/tandem_microbatch.py",
+             "usr/share/doc/tandem/README.md",
              "usr/share/doc/tandem/LICENSE", "usr/lib/systemd/system/tandemd.service", "etc/tandem/tandemd.json"}
     files |= {f"usr/share/doc/tandem/docs/{d}" for d in os.listdir(os.path.join(ROOT, "docs")) if d.endswith(".md")}
     if os.path.exists(os.path.join(build, "bin", "tandem-device-plugin")):  # built where gRPC is (docs/kubernetes.md)
@@ -180,8 +181,9 @@ def image_recipe(deb):
             r = subprocess.run(["sh", script, deb, root], capture_output=True, text=True, timeout=60)
             check(r.returncode == 0, f"install-preload.sh into an image root {r.stderr[-500:]}")
         check(sorted(installed_files(root)) == ["etc/ld.so.preload", LIBRARY.lstrip("/"),
+                                                "usr/share/tandem/python/tandem_microbatch.py",
                                                 "usr/share/tandem/python/tandem_torch.py"],
-              f"the image gets the library and the PyTorch helper only: {sorted(installed_files(root))}")
+              f"the image gets the library and the PyTorch helpers only: {sorted(installed_files(root))}")
         with open(os.path.join(root, "etc/ld.so.preload")) as f:
             check(f.read().split() == ["/usr/lib/other/libother.so", LIBRARY],
                   "/etc/ld.so.preload keeps what it listed and names libtandem.so once")
