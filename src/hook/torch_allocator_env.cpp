@@ -28,7 +28,7 @@ bool set(const char* name) {
 __attribute__((constructor)) void choose_torch_allocator() {
   if (getauxval(AT_SECURE)) return;  // settings are ignored there (process.cpp)
   if (is("TANDEM_DISABLE", "1") || !is("TANDEM_MEM_POOL", "1")) return;
-  if (set("TANDEM_MEM_TORCH_BACKEND") && !is("TANDEM_MEM_TORCH_BACKEND", "async")) return;
+  if (!is("TANDEM_MEM_TORCH_BACKEND", "async")) return;  // opt-in: vLLM's sleep mode needs its own
   if (set("PYTORCH_CUDA_ALLOC_CONF") || set("PYTORCH_ALLOC_CONF")) return;
   setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", 0);
 }

@@ -2,8 +2,8 @@
 """PyTorch's allocators under tandem's pool, side by side in one run (simulated GPU unless
 TANDEM_E2E_REAL_DRIVER=1): torch.empty of 1 KiB to 64 MiB (allocate and free, p50 of 2000 per
 size) and a training step (examples/pytorch/train.py, steps/s), with PyTorch's caching allocator
-(TANDEM_MEM_TORCH_BACKEND=keep) and with its stream-ordered backend on the pool (tandem's
-default with TANDEM_MEM_POOL=1). Prints the figures and their ratios; asserts nothing.
+(TANDEM_MEM_TORCH_BACKEND=keep) and with its stream-ordered backend on the pool
+(TANDEM_MEM_TORCH_BACKEND=async with TANDEM_MEM_POOL=1). Prints the figures and their ratios; asserts nothing.
 
     python3 tests/bench/torch_alloc_bench.py build [--rounds 2]
 """

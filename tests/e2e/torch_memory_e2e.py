@@ -2,13 +2,13 @@
 """PyTorch's memory on tandem's pool (docs/memory.md, "PyTorch on the pool"), on the simulated
 GPU. PyTorch comes from the project's venv; without it the test is skipped (exit 77).
 
-  allocator  with TANDEM_MEM_POOL=1 an unmodified PyTorch program runs on its stream-ordered
+  allocator  with TANDEM_MEM_POOL=1 and TANDEM_MEM_TORCH_BACKEND=async an unmodified PyTorch program runs on its stream-ordered
              backend (libtandem sets PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync as it
              loads): every tensor's memory comes from the pool and goes back to it when freed;
              torch.cuda.memory_allocated/memory_reserved and their peaks report the pool's
              blocks and chunks; torch.cuda.empty_cache gives idle chunks back. A user's own
-             PYTORCH_CUDA_ALLOC_CONF, and TANDEM_MEM_TORCH_BACKEND=keep, leave PyTorch's caching
-             allocator in place.
+             PYTORCH_CUDA_ALLOC_CONF, and the default TANDEM_MEM_TORCH_BACKEND=keep, leave PyTorch's
+             caching allocator in place.
   handover   a 1 GiB GPU (SIMGPU_MEM_BYTES, one budget for all processes). An unmodified
              PyTorch training job whose first step took more memory than its steps now use
              (a batch of 1024, then 512) shares it with an inference server that loads a
@@ -16,7 +16,7 @@ GPU. PyTorch comes from the project's venv; without it the test is skipped (exit
              caching allocator (TANDEM_MEM_TORCH_BACKEND=keep: the baseline) training keeps
              what it reserved: tandemd's request for memory finds nothing idle, the server's
              loads wait TANDEM_MEM_HANDOVER_MS for nothing and fail; with the stream-ordered
-             backend (tandem's default) the memory no live tensor uses is idle in the pool and
+             backend (TANDEM_MEM_TORCH_BACKEND=async) the memory no live tensor uses is idle in the pool and
              moves at once: most loads are served (at most half as many requests fail), memory
              moves in milliseconds, and training runs every step without running out of memory
              (tandemd leaves it its working set).
@@ -66,7 +66,7 @@ def probe(env, **settings):
 
 
 def allocator(env):
-    r, s = probe(env)
+    r, s = probe(env, TANDEM_MEM_TORCH_BACKEND="async")
     pool = s["memory"]["pool"]
     check(r["backend"] == "cudaMallocAsync", f"PyTorch runs on its stream-ordered backend ({r['backend']})")
     check(s["memory"]["allocs"] >= 5 and pool["chunks_created"] >= 10,
@@ -83,10 +83,10 @@ def allocator(env):
     check(emptied["reserved"] < 64 * MIB and pool["chunks_released"] >= 10,
           f"empty_cache gives the idle chunks back ({emptied['reserved'] >> 20} MiB reserved after, "
           f"{pool['chunks_released']} chunks released)")
-    r, _ = probe(env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:False")
+    r, _ = probe(env, TANDEM_MEM_TORCH_BACKEND="async", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:False")
     check(r["backend"] == "native", f"a PYTORCH_CUDA_ALLOC_CONF of the user's stands ({r['backend']})")
-    r, _ = probe(env, TANDEM_MEM_TORCH_BACKEND="keep")
-    check(r["backend"] == "native", f"TANDEM_MEM_TORCH_BACKEND=keep leaves the caching allocator ({r['backend']})")
+    r, _ = probe(env)
+    check(r["backend"] == "native", f"by default (TANDEM_MEM_TORCH_BACKEND=keep) the caching allocator stays ({r['backend']})")
 
 
 def run_pair(env, backend, seconds):
