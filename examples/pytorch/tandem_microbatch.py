@@ -50,14 +50,14 @@ CUDA-graph captured steps. tandem calls one memory-pressure callback per process
 replaces tandem_torch.install()'s (it empties the cache itself) and close() removes it.
 """
 import collections
-import ctypes
 import math
 import threading
 import time
 
 import torch
 
-_PRESSURE_FN = ctypes.CFUNCTYPE(None, ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_void_p)
+from tandem_torch import PRESSURE_FN, memory_api  # installed beside this file
+
 _OOM = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 _REGROW_MARGIN = 1.25
 _active = None  # the registered callback: tandem keeps a pointer to it
@@ -65,20 +65,6 @@ _active = None  # the registered callback: tandem keeps a pointer to it
 
 class _Discard(Exception):
     """Raised at a check point to abandon the running micro-batch."""
-
-
-def _tandem_api():
-    """(register, report) from libtandem when it is loaded in this process, else None."""
-    lib = ctypes.CDLL(None)
-    try:
-        register, report = lib.tandem_on_memory_pressure, lib.tandem_report_release
-    except AttributeError:
-        return None
-    register.argtypes = [_PRESSURE_FN, ctypes.c_void_p]
-    register.restype = ctypes.c_int
-    report.argtypes = [ctypes.c_ulonglong]
-    report.restype = None
-    return register, report
 
 
 def _drain_autograd():
@@ -160,10 +146,10 @@ class MicrobatchRunner:
         self._hooks = [m.register_forward_pre_hook(self._forward_check) for m in model.modules()]
         self._hooks += [p.register_hook(self._backward_check) for p in self.params]
         self._report = self._callback = self._register = None
-        api = _tandem_api()
+        api = memory_api()
         if api:
             register, report = api
-            callback = _PRESSURE_FN(self._on_pressure)
+            callback = PRESSURE_FN(self._on_pressure)
             if register(callback, None) == 0:
                 global _active
                 _active = callback  # alive as long as tandem may call it
@@ -400,7 +386,7 @@ class MicrobatchRunner:
         self._hooks = []
         if self._callback is not None:
             if _active is self._callback:
-                self._register(_PRESSURE_FN(), None)  # NULL: no callback
+                self._register(PRESSURE_FN(), None)  # NULL: no callback
                 _active = None
             self._callback = None
             self.tandem = False

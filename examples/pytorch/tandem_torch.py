@@ -17,19 +17,22 @@ before the next allocation needs it.
 """
 import ctypes
 
-_PRESSURE_FN = ctypes.CFUNCTYPE(None, ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_void_p)
+# tandem_memory_pressure_fn (include/tandem/client.h).
+PRESSURE_FN = ctypes.CFUNCTYPE(None, ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_void_p)
 _installed = None  # keeps the ctypes callback alive as long as tandem may call it
 
 
-def _tandem():
-    """libtandem's exports when it is loaded in this process (LD_PRELOAD), else None."""
+def memory_api():
+    """libtandem's memory-pressure calls when it is loaded in this process (LD_PRELOAD), else
+    None: a pair (register, report): register(PRESSURE_FN(callback), None) returns 0 when
+    registered; report(bytes) says how much a callback gave back."""
     lib = ctypes.CDLL(None)
     try:
         register = lib.tandem_on_memory_pressure
         report = lib.tandem_report_release
     except AttributeError:
         return None
-    register.argtypes = [_PRESSURE_FN, ctypes.c_void_p]
+    register.argtypes = [PRESSURE_FN, ctypes.c_void_p]
     register.restype = ctypes.c_int
     report.argtypes = [ctypes.c_ulonglong]
     report.restype = None
@@ -67,7 +70,7 @@ def install(release=None):
     memory-pressure callback. `release()` returns the bytes it freed. True when tandem is
     loaded and the callback is registered."""
     global _installed
-    found = _tandem()
+    found = memory_api()
     if not found:
         return False
     register, report = found
@@ -82,7 +85,7 @@ def install(release=None):
         if freed:
             report(freed)
 
-    callback = _PRESSURE_FN(on_pressure)
+    callback = PRESSURE_FN(on_pressure)
     if register(callback, None) != 0:
         return False
     _installed = callback

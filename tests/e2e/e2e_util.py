@@ -125,6 +125,19 @@ class Env:
         return self.status_when(lambda s: {p.pid for p in procs} <= set(slots_by_pid(s)), procs, seconds)
 
 
+def ctl(env, *args):
+    """tandemctl ARGS against the test's tandemd (its result, whatever the exit code)."""
+    return subprocess.run([os.path.join(env.build, "bin", "tandemctl"), *args, "--socket", env.socket],
+                          capture_output=True, text=True, timeout=10)
+
+
+def mem_row(env, pid):
+    """`tandemctl mem --json`'s row of process `pid`, or None."""
+    out = ctl(env, "mem", "--json")
+    rows = [r for r in json.loads(out.stdout)["processes"] if r["pid"] == pid] if out.returncode == 0 else []
+    return rows[0] if rows else None
+
+
 def slots_by_pid(status):
     """pid -> its GPU slot in a status document."""
     return {x["pid"]: x for g in (status or {}).get("gpus", []) for x in g["slots"]}

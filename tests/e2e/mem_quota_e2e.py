@@ -18,18 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fill_e2e import Env, check  # noqa: E402
-from e2e_util import preload, wait_for  # noqa: E402
-
-
-def ctl(env, *args):
-    return subprocess.run([os.path.join(env.build, "bin", "tandemctl"), *args, "--socket", env.socket],
-                          capture_output=True, text=True, timeout=10)
-
-
-def mem_row(env, pid):
-    out = ctl(env, "mem", "--json")
-    rows = [r for r in json.loads(out.stdout)["processes"] if r["pid"] == pid] if out.returncode == 0 else []
-    return rows[0] if rows else None
+from e2e_util import ctl, mem_row, preload, wait_for  # noqa: E402
 
 
 def start_fixture(env, image, mode, mib):

@@ -33,24 +33,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, preload, wait_for  # noqa: E402
+from e2e_util import Env, check, ctl, mem_row, preload, wait_for  # noqa: E402
+from torch_e2e import PYTHON, ROOT, require_torch  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYTHON = os.environ.get("TANDEM_TEST_PYTHON") or os.path.join(ROOT, ".venv", "bin", "python")
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "microbatch_probe.py")
-SKIP = 77
 MIB = 1 << 20
 TOLERANCE = 1e-5  # relative, float32: the summation order changes with k
-
-
-def require_torch():
-    if not os.path.exists(PYTHON):
-        print(f"SKIP: no PyTorch venv at {PYTHON} (scripts/setup-venv.sh could not create it)")
-        sys.exit(SKIP)
-    r = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        print(f"SKIP: torch does not import in {PYTHON}: {r.stderr.strip()[-500:]}")
-        sys.exit(SKIP)
 
 
 class Probe:
@@ -96,17 +84,6 @@ class Probe:
     def go(self):
         self.p.stdin.write("go\n")
         self.p.stdin.flush()
-
-
-def ctl(env, *args):
-    return subprocess.run([os.path.join(env.build, "bin", "tandemctl"), *args, "--socket", env.socket],
-                          capture_output=True, text=True, timeout=10)
-
-
-def mem_row(env, pid):
-    out = ctl(env, "mem", "--json")
-    rows = [r for r in json.loads(out.stdout)["processes"] if r["pid"] == pid] if out.returncode == 0 else []
-    return rows[0] if rows else None
 
 
 def set_quota(env, pid, size):

@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, last_json, wait_for  # noqa: E402
+from e2e_util import Env, check, ctl, last_json, wait_for  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # TANDEM_TEST_PYTHON: another interpreter with PyTorch (a GPU machine's own, scripts/gpu-check.sh).
@@ -134,11 +134,6 @@ def quota_case(env):
     check(r["small_ok"] == 32 << 20, "the process goes on allocating within the quota afterwards")
     s = stats(env, find_pid(env, None))["memory"]
     check(s["quota_refusals"] >= 1, f"tandem counted the refusal: {s}")
-
-
-def ctl(env, *args):
-    return subprocess.run([os.path.join(env.build, "bin", "tandemctl"), *args, "--socket", env.socket],
-                          capture_output=True, text=True, timeout=10)
 
 
 def pressure_case(env):

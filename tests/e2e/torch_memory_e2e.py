@@ -21,7 +21,6 @@ GPU. PyTorch comes from the project's venv; without it the test is skipped (exit
              moves in milliseconds, and training runs every step without running out of memory
              (tandemd leaves it its working set).
 """
-import json
 import os
 import subprocess
 import sys
@@ -90,7 +89,7 @@ def allocator(env):
 
 
 def run_pair(env, backend, seconds):
-    """Training and the server on a 1 GiB GPU under tandemd; their results and tandemd's pool."""
+    """Training and the server on a 1 GiB GPU under tandemd: their results and the server's pool figures."""
     d = env.daemon()
     shared = dict(TANDEM_MEM_POOL="1", TANDEM_MEM_WATERMARK="0", TANDEM_MEM_TORCH_BACKEND=backend)
     train = start(env, [example("train.py"), "--seconds", str(seconds), "--replays", "0", "--batch", "512",
@@ -113,7 +112,6 @@ def run_pair(env, backend, seconds):
     mid = env.status() or st
     working_set = slots_by_pid(mid).get(train.pid, {}).get("working_set_bytes", 0)
     served = finish(server, timeout=seconds + 60)
-    pools = (env.status() or {}).get("pools") or st.get("pools")
     out, err = train.communicate(timeout=seconds + 120)
     d.terminate()
     d.wait()
@@ -121,7 +119,7 @@ def run_pair(env, backend, seconds):
                                  f"(exit {train.returncode}{': ' + err[-1500:] if train.returncode else ''})")
     trained = last_json(out)
     trained["working_set_mib"] = working_set >> 20
-    return trained, served, stats(env, server.pid)["memory"]["pool"], pools
+    return trained, served, stats(env, server.pid)["memory"]["pool"]
 
 
 def handover(env):
@@ -129,14 +127,14 @@ def handover(env):
     seconds = 16
     keep = run_pair(env, "keep", seconds)
     tandem = run_pair(env, "async", seconds)
-    for name, (t, s, pool, _) in (("caching allocator", keep), ("stream-ordered backend", tandem)):
+    for name, (t, s, pool) in (("caching allocator", keep), ("stream-ordered backend", tandem)):
         mean = pool["handover_ns_total"] / pool["handovers"] / 1e6 if pool["handovers"] else 0
         print(f"{name}: training {t['steps_per_s']} steps/s ({t['steps']} steps, working set "
               f"{t['working_set_mib']} MiB mid-run); server {s['cold_starts']} loads, "
               f"{s['failed']} requests failed, load p50 {s['load_p50_ms']:.1f} ms max {s['load_max_ms']:.1f} ms; "
               f"{pool['handovers']} handovers, mean {mean:.1f} ms, longest {pool['handover_ns_max'] / 1e6:.1f} ms "
               f"(zero-fill {pool['zero_ns_total'] / 1e6:.1f} ms in all)")
-    (kt, ks, kpool, _), (tt, ts, tpool, _) = keep, tandem
+    (_, ks, _), (_, ts, tpool) = keep, tandem
     check(ks["failed"] > 0 or ks["load_max_ms"] >= 900,
           f"baseline: with the caching allocator the server's loads wait for memory training holds but does not "
           f"use ({ks['failed']} requests failed, longest load {ks['load_max_ms']:.0f} ms)")
