@@ -30,7 +30,19 @@ for segment in /dev/shm/simgpu-e2e-* /dev/shm/simgpu-fixture-*; do
   pid=${pid%%-*}
   [ -d "/proc/$pid" ] || rm -f "$segment"
 done
-ctest --test-dir build --output-on-failure -j2 "$@"
+if ! ctest --test-dir build --output-on-failure -j2 "$@"; then
+  # A test labelled timing asserts a time ratio measured on this machine, where another
+  # program's burst can cost one run its bound: each that failed runs once more, alone. Any
+  # other failure, or a timing test failing twice, fails the run.
+  failed=$(cut -d: -f2 build/Testing/Temporary/LastTestsFailed.log)
+  [ -n "$failed" ] || exit 1
+  timing=$(ctest --test-dir build -N -L timing | sed -n 's/^ *Test *#[0-9]*: //p')
+  for name in $failed; do
+    grep -qx "$name" <<<"$timing" || { echo "test: $name failed" >&2; exit 1; }
+  done
+  echo "test: timing tests failed once, running them again alone:" $failed >&2
+  ctest --test-dir build --output-on-failure -R "^($(tr '\n' '|' <<<"$failed" | sed 's/|$//'))\$"
+fi
 if [ $# -eq 0 ] && [ "${TANDEM_TEST_SANITIZERS:-1}" != 0 ]; then
   scripts/sanitize.sh
   scripts/fuzz.sh

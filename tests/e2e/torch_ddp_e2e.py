@@ -286,9 +286,11 @@ def ddp_fill_comm(env, rounds=3):
             p.kill()  # the ranks: a SIGINT would reach them at different steps, one left in an all-reduce
     # The cost of filling the collectives is measured against tandem without it in the same run:
     # on a loaded 2-core machine the four programs' CPU contention alone moved both arms by 4-6%
-    # (a CI run: 0.935 with, 0.975 without; 0.974 with on an idle machine).
+    # (a CI run: 0.935 with, 0.975 without; 0.974 with on an idle machine). A round in which
+    # Exclusive ran slower than the arm (1.029 in another CI run) measured noise, not a gain:
+    # the arm without the fill counts as at most Exclusive.
     kept = max(r["1"]["train"] for r in results)
-    kept_without = max(r["0"]["train"] for r in results)
+    kept_without = min(1.0, max(r["0"]["train"] for r in results))
     check(kept >= 0.9 and kept >= 0.95 * kept_without,
           f"training under tandem with TANDEM_FILL_COMM=1 keeps {kept:.3f} of Exclusive, >= 0.9 and >= 0.95 x "
           f"its {kept_without:.3f} with TANDEM_FILL_COMM=0 (best rounds)")
