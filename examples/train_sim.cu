@@ -5,8 +5,10 @@
 //
 // With --sample-mb M, each of the batch's samples holds M MiB of activations and the batch is as
 // large as memory allows (at most --batch N); with --elastic it follows the memory tandem gives
-// it: shrinks when tandem's memory-pressure callback asks (at the next iteration boundary, a
-// safe point) and regrows when cudaMemGetInfo shows room for a sample.
+// it: when tandem's memory-pressure callback asks, it frees samples at once, as SIRIUS's instant
+// adjustment does: in the compute phase it discards the batch that is running (the kernels in
+// flight end, the iteration starts again with the smaller batch), in the data-loading gap it
+// just frees. It regrows at an iteration boundary when cudaMemGetInfo shows room for a sample.
 //
 // With --activations-mb M, memory rises and falls within each iteration as in real training
 // (Zico's case, docs/zico.md): the forward pass allocates M MiB of activations in K parts, one
@@ -53,7 +55,8 @@ static const char* kUsage =
     "  --batch N: samples per iteration at most (default 1); the compute kernels' time is for a full\n"
     "  batch, a smaller batch takes its share. --sample-mb M: device memory per sample (default 0);\n"
     "  the batch starts as large as fits (cudaMemGetInfo). --elastic: follow tandem's memory:\n"
-    "  shrink when its memory-pressure callback asks, regrow when a sample fits again.\n"
+    "  shrink when its memory-pressure callback asks (discarding the running batch), regrow when\n"
+    "  a sample fits again.\n"
     "  --activations-mb M: a forward pass of K kernels allocating M/K MiB before each, then a\n"
     "  backward pass of K kernels freeing them in reverse order, the host waiting for each kernel.\n"
     "  Out of memory there: a JSON line with \"error\":\"out of memory\" and exit status 3.\n"
@@ -71,7 +74,8 @@ using OnMemoryPressure = int (*)(PressureFn, void*);
 using ReportRelease = void (*)(unsigned long long);
 
 // What tandem asked this process to give up: set on tandem's progress thread, taken by the
-// training loop at the next iteration boundary (no kernel of the batch is then in flight).
+// training loop at its next safe point (between two compute kernels or in the gap), where it
+// waits for the kernels in flight before it frees.
 static std::atomic<unsigned long long> g_asked_bytes{0};
 
 static void on_memory_pressure(unsigned long long quota, unsigned long long in_use, void*) {
@@ -217,16 +221,38 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: --elastic without tandem (libtandem.so not loaded or disabled): the batch "
                    "only grows\n", argv[0]);
   }
+  // Gives back what tandem asked for, once the kernels in flight have ended. False: nothing
+  // asked, or nothing to free (one sample left: the batch goes on rather than start again).
+  auto give_back = [&] {
+    unsigned long long asked = elastic ? g_asked_bytes.exchange(0) : 0;
+    if (!asked) return false;
+    CUDA_CHECK(cudaStreamSynchronize(streams[0]));
+    unsigned long long freed = batch.shrink(asked);
+    if (freed && report_release) report_release(freed);
+    return freed != 0;
+  };
   // At an iteration boundary: give back what tandem asked for, or take one more sample.
   auto follow_memory = [&] {
-    if (!elastic) return;
-    if (unsigned long long asked = g_asked_bytes.exchange(0)) {
-      unsigned long long freed = batch.shrink(asked);
-      if (freed && report_release) report_release(freed);
-    } else if (batch.grow_one()) {
-      ++batch.grows;
+    if (elastic && !give_back() && batch.grow_one()) ++batch.grows;
+  };
+  // The data-loading gap; an elastic batch answers tandem in it, 1 ms at a time.
+  auto data_loading = [&] {
+    if (!elastic) {
+      std::this_thread::sleep_for(gap);
+      return;
+    }
+    auto end = std::chrono::steady_clock::now() + gap;
+    for (auto now = std::chrono::steady_clock::now(); now < end; now = std::chrono::steady_clock::now()) {
+      give_back();
+      std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(end - now, std::chrono::milliseconds(1)));
     }
   };
+  // An elastic batch keeps at most two compute kernels queued, so that a request waits for
+  // those alone (not for a whole compute phase queued ahead).
+  cudaEvent_t launched[2] = {nullptr, nullptr};
+  if (elastic)
+    for (auto& e : launched) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  int discards = 0;
 
   // --optimizer-us: the collective's own stream and the events between it and the compute.
   cudaStream_t comm_stream = nullptr;
@@ -286,12 +312,24 @@ int main(int argc, char** argv) {
       activations.pop_back();
     }
   };
+  // One iteration; false when tandem asked for memory during its compute phase and the batch
+  // was discarded (its samples not trained on; the next call starts it again, smaller).
   auto iteration = [&] {
     follow_memory();
     // A smaller batch computes its share of the full batch's time.
     auto ns = kernel_ns * static_cast<unsigned long long>(batch.size()) / static_cast<unsigned long long>(max_batch);
     if (activation_bytes && kernels) {
       forward_backward(ns);
+    } else if (elastic && ranks == 1) {
+      for (int k = 0; k < kernels; ++k) {
+        if (k >= 2) CUDA_CHECK(cudaEventSynchronize(launched[k % 2]));
+        if (give_back()) {
+          ++discards;
+          return false;
+        }
+        spin_kernel<<<blocks, 256, 0, streams[0]>>>(ns);
+        CUDA_CHECK(cudaEventRecord(launched[k % 2], streams[0]));
+      }
     } else {
       for (int r = 0; r < ranks; ++r) {
         if (ranks > 1) CUDA_CHECK(cudaSetDevice(r));
@@ -302,7 +340,8 @@ int main(int argc, char** argv) {
     communicate();
     CUDA_CHECK(cudaGetLastError());
     for (int r = 0; r < ranks; ++r) CUDA_CHECK(cudaStreamSynchronize(streams[static_cast<size_t>(r)]));  // peers
-    if (gap.count() > 0) std::this_thread::sleep_for(gap);  // data loading
+    if (gap.count() > 0) data_loading();
+    return true;
   };
   for (int i = 0; i < warmup; ++i) iteration();
 
@@ -312,7 +351,7 @@ int main(int argc, char** argv) {
   long long samples = 0, last_samples = 0;
   int batch_min = batch.size(), batch_max = batch.size();
   while (seconds > 0 ? seconds_since(t0) < seconds : done < iterations) {
-    iteration();
+    if (!iteration()) continue;
     ++done;
     samples += batch.size();
     batch_min = std::min(batch_min, batch.size());
@@ -334,12 +373,12 @@ int main(int argc, char** argv) {
       "{\"example\":\"train-sim\",\"summary\":true,\"iterations\":%d,\"iters_per_s\":%.3f,\"elapsed_s\":%.3f,"
       "\"compute_us\":%.0f,\"comm_us\":%.0f,\"gap_us\":%.0f,\"comm\":\"%s\",\"gpus\":%d,"
       "\"samples_per_s\":%.3f,\"batch_max\":%d,\"batch_mean\":%.2f,\"batch_low\":%d,\"batch_high\":%d,"
-      "\"sample_mb\":%.0f,\"elastic\":%s,\"shrinks\":%d,\"grows\":%d,\"released_mb\":%.0f,"
+      "\"sample_mb\":%.0f,\"elastic\":%s,\"shrinks\":%d,\"grows\":%d,\"discards\":%d,\"released_mb\":%.0f,"
       "\"activations_mb\":%.0f}\n",
       done, done / elapsed, elapsed, kernels * kernel_us, use_nccl ? 0.0 : comm_us, gap_us,
       use_nccl ? "nccl-allreduce" : "nccl-named-spin", ranks, static_cast<double>(samples) / elapsed, max_batch,
       done ? static_cast<double>(samples) / done : 0.0, batch_min, batch_max, sample_mb, elastic ? "true" : "false",
-      batch.shrinks, batch.grows, static_cast<double>(batch.released) / (1 << 20), activations_mb);
+      batch.shrinks, batch.grows, discards, static_cast<double>(batch.released) / (1 << 20), activations_mb);
   std::fflush(stdout);
 #ifdef TANDEM_EXAMPLES_NCCL
   if (use_nccl)
@@ -350,6 +389,8 @@ int main(int argc, char** argv) {
     }
 #endif
   CUDA_CHECK(cudaSetDevice(0));
+  for (auto e : launched)
+    if (e) CUDA_CHECK(cudaEventDestroy(e));
   batch.free_all();
   if (state) {
     CUDA_CHECK(cudaFree(state));

@@ -5,8 +5,8 @@
            the device is full, released after --idle-ms without requests (no tandem)
   elastic  training (train-sim --elastic) and online inference (infer-sim --models) share a
            1 GiB quota through tandem's pool: inference's loads take memory from training,
-           which shrinks its batch when asked and regrows when inference releases its models
-           (idle, at exit, or killed)
+           which shrinks its batch when asked (discarding the running batch) and regrows when
+           inference releases its models (idle, at exit, or killed)
 
 usage: elastic_e2e.py BUILD_DIR models|elastic
 """
@@ -86,6 +86,10 @@ def elastic(env):
     check(i["failed"] == 0 and i["loaded_high"] == 4 and i["idle_releases"] >= 1,
           f"inference loaded its four models and released them when idle ({i['idle_releases']} releases)")
     check(p["handovers"] >= 1, f"tandemd moved memory from training to inference ({p})")
+    # A request that comes during training's compute phase discards the running batch (SIRIUS's
+    # instant adjustment) instead of waiting for the iteration's end.
+    check(t["discards"] >= 1, f"training discarded a running batch to give memory back ({t['discards']} discards; "
+          f"tandemd's handovers took {p['handover_last_ms']:.1f} ms last, {p['handover_max_ms']:.1f} ms at most)")
     check(t["batch_high"] == 24 and t["shrinks"] >= 1 and during["bytes_in_use"] <= 512 * mib,
           f"training filled its quota (batch 24), then shrank to {during['bytes_in_use'] / mib:.0f} MiB "
           f"({t['shrinks']} shrinks, {t['released_mb']:.0f} MiB given back)")
