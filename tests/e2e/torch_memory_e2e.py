@@ -91,7 +91,7 @@ def allocator(env):
 def run_pair(env, backend, seconds):
     """Training and the server on a 1 GiB GPU under tandemd: their results and the server's pool figures."""
     d = env.daemon()
-    shared = dict(TANDEM_MEM_POOL="1", TANDEM_MEM_WATERMARK="0", TANDEM_MEM_TORCH_BACKEND=backend)
+    shared = dict(TANDEM_MEM_POOL="1", TANDEM_MEM_WATERMARK="", TANDEM_MEM_TORCH_BACKEND=backend)
     train = start(env, [example("train.py"), "--seconds", str(seconds), "--replays", "0", "--batch", "512",
                         "--dim", "128", "--warmup-steps", "1", "--warmup-batch", "1024", "--log-steps"],
                   TANDEM_ROLE="training", **shared)
