@@ -104,13 +104,14 @@ bool pooled(CUstream s, bool per_thread) noexcept {
   return r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-CUresult pool_alloc(CUdeviceptr* dptr, size_t size) noexcept {
+// `stream`: a stream-ordered allocation's (pool_stream_tag), else none.
+CUresult pool_alloc(CUdeviceptr* dptr, size_t size, const memory::StreamTag& stream = {}) noexcept {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t bytes = pool_charge(size);
   zico_at_allocation();  // an iteration's first allocation may wait for tandemd (Zico)
   if (!charge_memory(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUdeviceptr p = pool_allocate(bytes);
-  for (uint64_t since = 0; !p && zico_memory_retry(since);) p = pool_allocate(bytes);
+  CUdeviceptr p = pool_allocate(bytes, stream);
+  for (uint64_t since = 0; !p && zico_memory_retry(since);) p = pool_allocate(bytes, stream);
   if (!p) {
     uncharge_memory(bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -124,7 +125,8 @@ CUresult pool_alloc(CUdeviceptr* dptr, size_t size) noexcept {
 bool pool_release(CUdeviceptr dptr, bool ordered, CUstream s, bool per_thread, CUresult& r) noexcept {
   if (!dptr || !pool_owns(dptr)) return false;
   uint64_t bytes = 0;
-  r = pool_free(dptr, ordered, s, per_thread, &bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  memory::StreamTag tag = ordered ? pool_stream_tag(s, per_thread) : memory::StreamTag{};
+  r = pool_free(dptr, ordered, s, per_thread, &bytes, tag) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   if (r == CUDA_SUCCESS) {
     count(memory_counters().frees);
     uncharge_memory(bytes);
@@ -171,13 +173,13 @@ CUresult hook_cuMemFree_v2(CUdeviceptr dptr) noexcept {
 // context's stream, green_streams.h).
 CUresult hook_cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream s) noexcept {
   s = green_op_stream(s, false);
-  if (size && pooled(s, false)) return pool_alloc(dptr, size);
+  if (size && pooled(s, false)) return pool_alloc(dptr, size, pool_stream_tag(s, false));
   return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocAsync(dptr, size, s); });
 }
 
 CUresult hook_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream s) noexcept {
   s = green_op_stream(s, true);
-  if (size && pooled(s, true)) return pool_alloc(dptr, size);
+  if (size && pooled(s, true)) return pool_alloc(dptr, size, pool_stream_tag(s, true));
   return allocate_pointer(dptr, size, [&] { return g_real.cuMemAllocAsync_ptsz(dptr, size, s); });
 }
 

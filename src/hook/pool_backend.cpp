@@ -93,6 +93,17 @@ class RealPoolDriver final : public memory::PoolDriver {
     if (!add_event(m, static_cast<CUstream>(stream), per_thread)) return recycle(m), nullptr;
     return m;
   }
+  // Not while a capture is open (the event would join it), nor on a handle that may name
+  // another stream now, nor on the legacy stream of another context than the current one.
+  void* record_later(void* stream, bool per_thread, const memory::StreamTag& tag) override {
+    if (g_open_captures.load(std::memory_order_acquire) > 0 || tag.epoch != stream_destructions()) return nullptr;
+    if (tag.stream == 1) {
+      CUcontext ctx = nullptr;
+      if (g_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || reinterpret_cast<uintptr_t>(ctx) != tag.context)
+        return nullptr;
+    }
+    return record(stream, per_thread);
+  }
   // The legacy stream waits for every blocking stream's earlier work, per-thread default
   // streams included; each non-blocking stream gets an event of its own. Not while any
   // capture is open: an event on the legacy stream would join or invalidate it.
@@ -354,10 +365,25 @@ bool pool_device_current() noexcept {
 
 uint64_t pool_charge(uint64_t bytes) noexcept { return memory::RangeAllocator::rounded(bytes ? bytes : 1); }
 
+memory::StreamTag pool_stream_tag(CUstream s, bool per_thread) noexcept {
+  if (s == CU_STREAM_PER_THREAD || (per_thread && s == nullptr)) return {};  // the calling thread's
+  memory::StreamTag tag;
+  tag.epoch = stream_destructions();
+  if (s == nullptr || s == CU_STREAM_LEGACY) {  // the current context's legacy stream
+    CUcontext ctx = nullptr;
+    if (g_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return {};
+    tag.stream = 1;
+    tag.context = reinterpret_cast<uintptr_t>(ctx);
+  } else {
+    tag.stream = reinterpret_cast<uintptr_t>(s);
+  }
+  return tag;
+}
+
 // The fast path: no system call, no lock the progress thread takes, no daemon (chunk_pool.h).
-CUdeviceptr pool_allocate(uint64_t bytes) noexcept {
+CUdeviceptr pool_allocate(uint64_t bytes, const memory::StreamTag& stream) noexcept {
   try {
-    return g_pool->allocate(bytes);
+    return g_pool->allocate(bytes, stream);
   } catch (...) {
     return 0;
   }
@@ -367,9 +393,10 @@ uint64_t pool_idle_bytes() noexcept { return g_state.load(std::memory_order_acqu
 
 bool pool_owns(CUdeviceptr ptr) noexcept { return g_state.load(std::memory_order_acquire) > 0 && g_pool->owns(ptr); }
 
-bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint64_t* bytes) noexcept {
+bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint64_t* bytes,
+               const memory::StreamTag& tag) noexcept {
   try {
-    return g_pool->free(ptr, ordered, s, per_thread, bytes);
+    return g_pool->free(ptr, ordered, s, per_thread, bytes, tag);
   } catch (...) {
     return false;
   }

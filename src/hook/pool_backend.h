@@ -15,14 +15,19 @@ bool pool_serves() noexcept;
 // that device alone: false while another device is current (that allocation goes to the driver;
 // logged once).
 bool pool_device_current() noexcept;
-// A pooled block of `bytes` (already charged to the quota), or 0.
-CUdeviceptr pool_allocate(uint64_t bytes) noexcept;
+// The stream of a stream-ordered allocation or free on `s`, for reuse in stream order
+// (chunk_pool.h); none (stream 0) for a per-thread default stream.
+memory::StreamTag pool_stream_tag(CUstream s, bool per_thread) noexcept;
+// A pooled block of `bytes` (already charged to the quota), or 0; `stream`: a stream-ordered
+// allocation's (pool_stream_tag), else none.
+CUdeviceptr pool_allocate(uint64_t bytes, const memory::StreamTag& stream = {}) noexcept;
 bool pool_owns(CUdeviceptr ptr) noexcept;
 // Bytes of chunks this process holds with no live block in them (0: pool off): memory it
 // could use at once, which cuMemGetInfo counts as free.
 uint64_t pool_idle_bytes() noexcept;
 // Frees a pooled block (stream-ordered when `ordered`); `bytes` gets its charged size.
-bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint64_t* bytes) noexcept;
+bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint64_t* bytes,
+               const memory::StreamTag& tag = {}) noexcept;
 // The size a pooled allocation of `bytes` is charged (rounded as the pool allocates it).
 uint64_t pool_charge(uint64_t bytes) noexcept;
 // From the progress thread: gives idle chunks back when over the quota (training asked by

@@ -90,7 +90,8 @@ std::string stats_json(const char* role) {
                            {"pending_bytes", p.pending_bytes},   {"idle_bytes", p.idle_bytes},
                            {"chunks_created", p.chunks_created}, {"chunks_received", p.chunks_received},
                            {"chunks_released", p.chunks_released}, {"syncs", p.syncs},
-                           {"driver_calls", p.driver_calls},     {"handovers", p.handovers},
+                           {"driver_calls", p.driver_calls},     {"stream_reuses", p.stream_reuses},
+                           {"handovers", p.handovers},
                            {"handover_ns_max", p.handover_ns_max}, {"handover_ns_total", p.handover_ns_total},
                            {"zero_ns_total", p.zero_ns_total}};
   }

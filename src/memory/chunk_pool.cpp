@@ -91,12 +91,62 @@ uint64_t ChunkPool::with_reuse(Try&& attempt) {
   return attempt(true);
 }
 
-uint64_t ChunkPool::allocate(uint64_t bytes) {
+uint64_t ChunkPool::allocate(uint64_t bytes, const StreamTag& stream) {
   std::lock_guard<std::mutex> lock(alloc_mutex_);
   if (!slot_count_) return 0;
   uint64_t want = RangeAllocator::rounded(bytes ? bytes : 1);
+  if (stream.stream)
+    if (uint64_t p = reuse_on_stream(want, stream)) return p;
+  seal_pending();
   if (want <= chunk_bytes_) return with_reuse([&](bool grow) { return allocate_small(want, grow); });
   return with_reuse([&](bool grow) { return allocate_run(want, grow); });
+}
+
+// The newest pending frees first (a step frees its activations in the reverse order of their
+// allocation, and the next step allocates them again from the first). Only blocks whose chunks
+// are still this mapping: trimming may have given one away since (its slot's stamp changed, or
+// its use word is no longer mapped).
+uint64_t ChunkPool::reuse_on_stream(uint64_t bytes, const StreamTag& tag) {
+  constexpr size_t kLookBack = 64;  // bounds the search on the allocation path
+  for (size_t k = pending_.size(), seen = 0; k-- > 0 && seen < kLookBack; ++seen) {
+    Pending& p = pending_[k];
+    if (!(p.tag == tag)) continue;
+    auto it = pending_blocks_.find(p.ptr);
+    if (it == pending_blocks_.end() || it->second.bytes != bytes) continue;
+    const Block& b = it->second;
+    uint32_t slots = std::max<uint32_t>(b.run, 1), claimed = 0;
+    for (uint32_t i = b.slot; i < b.slot + slots; ++i, ++claimed) {
+      const Slot& s = slots_[i];
+      bool current = b.run ? s.state == SlotState::run && s.run_head == b.slot && s.stamp <= b.stamp
+                           : s.state == SlotState::small && s.stamp == b.stamp;
+      if (!current || !claim_block(i)) break;
+    }
+    if (claimed < slots) {
+      for (uint32_t i = b.slot; i < b.slot + claimed; ++i) unclaim_block(i);
+      continue;
+    }
+    if (p.marker) driver_.recycle(p.marker);
+    unsealed_ -= p.unsealed;
+    uint64_t ptr = p.ptr;
+    auto node = pending_blocks_.extract(it);
+    blocks_.insert(std::move(node));
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(k));
+    pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    note_live(live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    stream_reuses_.fetch_add(1, std::memory_order_relaxed);
+    return ptr;
+  }
+  return 0;
+}
+
+void ChunkPool::seal_pending() {
+  for (size_t k = pending_.size(); unsealed_ && k-- > 0;) {
+    Pending& p = pending_[k];
+    if (!p.unsealed) continue;
+    p.marker = driver_.record_later(p.stream, p.per_thread, p.tag);
+    p.unsealed = false;
+    --unsealed_;
+  }
 }
 
 uint64_t ChunkPool::allocate_small(uint64_t bytes, bool grow) {
@@ -301,18 +351,23 @@ void ChunkPool::unmap_chunk(uint32_t slot) {
   chunks_released_.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool ChunkPool::free(uint64_t ptr, bool stream_ordered, void* stream, bool per_thread, uint64_t* bytes) {
+bool ChunkPool::free(uint64_t ptr, bool stream_ordered, void* stream, bool per_thread, uint64_t* bytes,
+                     const StreamTag& tag) {
   std::lock_guard<std::mutex> lock(alloc_mutex_);
   auto it = blocks_.find(ptr);
   if (it == blocks_.end()) return false;
-  Block b = it->second;
-  blocks_.erase(it);
+  auto node = blocks_.extract(it);  // the map's node moves to pending_blocks_: no allocation
+  Block b = node.mapped();
   if (bytes) *bytes = b.bytes;
   // A marker that cannot be recorded (a stream being captured) waits for a synchronization.
-  void* marker = stream_ordered ? driver_.record(stream, per_thread) : driver_.record_all();
+  // A free on a stream that can be named leaves its marker for later (seal_pending): the
+  // stream's next allocation of its size usually takes the block back first.
+  bool later = stream_ordered && tag.stream;
+  void* marker = later ? nullptr : stream_ordered ? driver_.record(stream, per_thread) : driver_.record_all();
   uint64_t seq = free_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
-  pending_.push_back(Pending{ptr, marker, seq});
-  pending_blocks_[ptr] = b;
+  pending_.push_back(Pending{ptr, marker, seq, stream_ordered ? tag : StreamTag{}, stream, per_thread, later});
+  unsealed_ += later;
+  pending_blocks_.insert(std::move(node));
   // The free's number first, then the use: trimming that sees the chunk unused sees the number.
   for (uint32_t i = b.slot; i < b.slot + std::max<uint32_t>(b.run, 1); ++i) {
     shared_[i].last_free_seq.store(seq, std::memory_order_relaxed);
@@ -338,6 +393,7 @@ void ChunkPool::reap(bool synchronize) {
     bool done = p.seq <= synced_seq_.load(std::memory_order_acquire) || (p.marker && driver_.done(p.marker));
     if (!done) return false;
     if (p.marker) driver_.recycle(p.marker);
+    unsealed_ -= p.unsealed;  // finished by a synchronization before its marker was needed
     finish_free(p.ptr);
     return true;
   };
@@ -448,6 +504,7 @@ PoolStats ChunkPool::stats() const {
   s.chunks_released = chunks_released_.load();
   s.syncs = syncs_.load();
   s.driver_calls = driver_calls_.load();
+  s.stream_reuses = stream_reuses_.load();
   s.handovers = handovers_.load();
   s.handover_ns_total = handover_ns_total_.load();
   s.handover_ns_max = handover_ns_max_.load();

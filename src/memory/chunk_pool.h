@@ -26,6 +26,12 @@
 // The fast path (a block that fits in a held chunk, or a free) is the allocation lock, a
 // compare-and-swap on the slot's use word and the sub-allocator: no system call, no driver
 // call (but cuEventRecord for a stream-ordered free), no daemon.
+// Reuse in stream order: a block freed with a stream-ordered free serves, at once and without
+// its marker, the next allocation of the same size on the same stream (the stream runs the
+// work queued before the free first), as the driver's own stream-ordered pools do. Without it
+// a training step's activations, freed and allocated again every step, waited for the GPU and
+// the pool held about twice what the program used. Such a free's marker is recorded only when
+// another allocation misses (PoolDriver::record_later): most of them are never needed.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -37,6 +43,17 @@
 #include "range_allocator.h"
 
 namespace tandem::memory {
+
+// The stream of a stream-ordered allocation or free, as far as reuse in stream order needs it:
+// the stream (its handle, or 1 for a context's legacy stream), the context for a legacy
+// stream, and how many streams the process had destroyed then (a handle may be reused after a
+// destruction). stream 0: none that can be named (a plain call, a per-thread default stream).
+struct StreamTag {
+  uint64_t stream = 0;
+  uint64_t context = 0;
+  uint64_t epoch = 0;
+  bool operator==(const StreamTag&) const = default;
+};
 
 // What the pool needs of the CUDA driver (the hook's real driver; a fake in unit tests).
 // Every call may fail; the pool then answers "out of memory" and leaves nothing behind.
@@ -57,6 +74,10 @@ class PoolDriver {
   virtual bool zero_wait() = 0;
   // Completion markers: an opaque marker behind the work queued on `stream` so far.
   virtual void* record(void* stream, bool per_thread) = 0;
+  // The same, after the free (its marker was left for later): behind more work than the free
+  // had queued, which is safe. nullptr when `tag` no longer names that stream (destroyed
+  // since, or a legacy stream of another context than the current one).
+  virtual void* record_later(void* stream, bool per_thread, const StreamTag&) { return record(stream, per_thread); }
   // A marker behind the work queued so far on every stream that could still touch a block
   // freed with plain cuMemFree; nullptr when they cannot all be named (then the block waits
   // for a device synchronization).
@@ -96,6 +117,7 @@ struct PoolStats {
   uint64_t chunks_released = 0; // given back (to tandemd, or to the driver when unregistered)
   uint64_t syncs = 0;           // device synchronizations taken to reuse or release plainly freed blocks
   uint64_t driver_calls = 0;    // chunk-level driver calls (create/export/import/map/access/zero/unmap/release)
+  uint64_t stream_reuses = 0;   // allocations served by a block freed on their stream, at once
   uint64_t handovers = 0;       // allocations that received chunks from tandemd
   uint64_t handover_ns_total = 0, handover_ns_max = 0;  // their time, request to usable
   uint64_t zero_ns_total = 0;   // of which waiting for the zero-fill
@@ -109,14 +131,16 @@ class ChunkPool {
   // Reserves the virtual range. False (with the reason) when the driver cannot.
   bool init(const char** why);
 
-  // A block of `bytes`, or 0 when no memory can be had.
-  uint64_t allocate(uint64_t bytes);
+  // A block of `bytes`, or 0 when no memory can be had. `stream`: the stream of a
+  // stream-ordered allocation (reuse in stream order).
+  uint64_t allocate(uint64_t bytes, const StreamTag& stream = {});
   uint64_t chunk_bytes() const { return chunk_bytes_; }
   bool owns(uint64_t ptr) const { return ptr >= base_ && ptr < base_ + va_bytes_; }
   // Frees the block at `ptr`; `bytes` gets its size as allocated. A stream-ordered free
-  // waits for a marker on `stream`; a plain one for a device synchronization. False when
-  // `ptr` is not a live block.
-  bool free(uint64_t ptr, bool stream_ordered, void* stream, bool per_thread, uint64_t* bytes);
+  // waits for a marker on `stream` (or serves the next allocation tagged `tag` at once); a
+  // plain one for a device synchronization. False when `ptr` is not a live block.
+  bool free(uint64_t ptr, bool stream_ordered, void* stream, bool per_thread, uint64_t* bytes,
+            const StreamTag& tag = {});
   // Gives idle chunks back until at most `target_bytes` are held; may synchronize the device
   // to finish pending frees. tandemd hears of the release before the chunks are unmapped here
   // (SIRIUS's deferred unmap: the receiver need not wait for it). Returns the bytes released.
@@ -172,8 +196,12 @@ class ChunkPool {
   };
   struct Pending {
     uint64_t ptr;
-    void* marker;  // nullptr: waits for a device synchronization
+    void* marker;  // nullptr: waits for a device synchronization (or, unsealed, to be recorded)
     uint64_t seq;  // its free's number
+    StreamTag tag;  // the stream of a stream-ordered free
+    void* stream = nullptr;  // unsealed: where its marker goes (record_later)
+    bool per_thread = false;
+    bool unsealed = false;
   };
 
   uint64_t slot_va(uint32_t i) const { return base_ + uint64_t{i} * chunk_bytes_; }
@@ -184,6 +212,10 @@ class ChunkPool {
   bool small_usable(uint32_t i) const;
   // No live or pending block, mapped, not leaving (allocation lock).
   bool slot_empty(uint32_t i) const;
+  // A block of exactly `bytes` freed on `tag`'s stream and still pending, live again; 0 when none.
+  uint64_t reuse_on_stream(uint64_t bytes, const StreamTag& tag);
+  // Records the markers left for later.
+  void seal_pending();
   // A block in an existing chunk, or (grow) in a new one; 0 when none.
   uint64_t allocate_small(uint64_t bytes, bool grow);
   // A run of whole chunks in consecutive slots: idle mapped chunks, or (grow) new ones too.
@@ -217,6 +249,7 @@ class ChunkPool {
   std::map<uint64_t, Block> blocks_;  // live, by address
   std::vector<Pending> pending_;
   std::map<uint64_t, Block> pending_blocks_;  // freed, by address
+  size_t unsealed_ = 0;  // pending frees whose markers are not recorded yet
 
   mutable std::mutex chunk_mutex_;  // growth and trimming
   std::unique_ptr<SlotShared[]> shared_;
@@ -238,7 +271,7 @@ class ChunkPool {
   std::atomic<uint64_t> slow_calls_{0};
   // Counters of the chunk lock's work, read by stats() without it.
   std::atomic<uint64_t> chunks_created_{0}, chunks_received_{0}, chunks_released_{0}, syncs_{0},
-      driver_calls_{0}, handovers_{0}, handover_ns_total_{0}, handover_ns_max_{0}, zero_ns_total_{0};
+      driver_calls_{0}, stream_reuses_{0}, handovers_{0}, handover_ns_total_{0}, handover_ns_max_{0}, zero_ns_total_{0};
 };
 
 }  // namespace tandem::memory

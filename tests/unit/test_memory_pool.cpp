@@ -213,6 +213,54 @@ TEST_CASE("pool: a freed block is reused only after the GPU finished the work qu
   require_consistent(pool);
 }
 
+TEST_CASE("pool: a block freed on a stream serves that stream's next allocation of its size at once", "[memory]") {
+  PoolRig rig(16);
+  auto& [driver, daemon, pool] = rig;
+  int stream_a = 0, stream_b = 0;  // two streams' handles
+  const StreamTag a{reinterpret_cast<uintptr_t>(&stream_a), 0, 7}, b{reinterpret_cast<uintptr_t>(&stream_b), 0, 7};
+  for (uint64_t bytes : {uint64_t{64 * 1024}, 3 * kChunk}) {  // a block in a chunk, and a run of chunks
+    uint64_t x = pool.allocate(bytes, a);
+    REQUIRE(pool.free(x, true, &stream_a, false, nullptr, a));
+    REQUIRE(driver.markers.empty());  // its marker is left for later
+    uint64_t on_b = pool.allocate(bytes, b);
+    REQUIRE(driver.markers.size() == 1);  // recorded once an allocation missed; not done: the GPU may still use x
+    REQUIRE(on_b != x);  // another stream waits for the marker
+    REQUIRE(pool.allocate(bytes, a) == x);  // the same stream runs the free's work first
+    REQUIRE(driver.markers.empty());  // x's marker was dropped, never waited for
+    uint64_t other_size = pool.allocate(bytes / 2 + 4096, a);
+    REQUIRE(other_size != x);
+    for (uint64_t p : {x, on_b, other_size}) REQUIRE(pool.free(p, true, &stream_a, false, nullptr, a));
+    driver.finish_all_work();
+    uint64_t probe = pool.allocate(4096);  // reaps the finished frees
+    REQUIRE((probe && pool.free(probe, true, &stream_a, false, nullptr)));
+    driver.finish_all_work();  // (a plain free would have the next test synchronize: every marker done)
+    require_consistent(pool);
+  }
+  REQUIRE(pool.stats().stream_reuses == 2);
+
+  const uint64_t before = pool.stats().stream_reuses;
+  SECTION("not after a stream was destroyed (its handle may name a new stream), nor for a plain free") {
+    uint64_t x = pool.allocate(5 * kChunk, a);  // sizes no pending block has
+    REQUIRE(pool.free(x, true, &stream_a, false, nullptr, a));
+    StreamTag later = a;
+    later.epoch = 8;
+    REQUIRE(pool.allocate(5 * kChunk, later) != x);
+    uint64_t y = pool.allocate(kChunk / 2, a);
+    REQUIRE(pool.free(y, false, nullptr, false, nullptr, a));  // cuMemFree: no stream order
+    REQUIRE(pool.allocate(kChunk / 2, a) != y);
+    REQUIRE(pool.stats().stream_reuses == before);
+  }
+  SECTION("not once trimming gave the block's chunk away") {
+    uint64_t x = pool.allocate(5 * kChunk, a);
+    REQUIRE(pool.free(x, true, &stream_a, false, nullptr, a));
+    REQUIRE(pool.trim(0, true) > 0);  // synchronizes, then gives every idle chunk back
+    REQUIRE(pool.stats().held_bytes == 0);
+    REQUIRE(pool.allocate(5 * kChunk, a) != 0);
+    REQUIRE(pool.stats().stream_reuses == before);  // a new run on new chunks, not the stale block
+  }
+  require_consistent(pool);
+}
+
 TEST_CASE("pool: chunks from tandemd are zero-filled; trimming gives back only idle chunks", "[memory]") {
   PoolRig rig(16);
   auto& [driver, daemon, pool] = rig;
