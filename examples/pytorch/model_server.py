@@ -200,13 +200,14 @@ class Server:
                 if not others:
                     return False
                 self.unload(min(others, key=lambda o: o.last_used), "evict")
+        # The load's host part (allocation, evictions); its copies are timed on the GPU.
+        m.load_started, m.alloc_ms = started, (time.monotonic() - started) * 1e3
         mode = self.loading()
         m.gpu_flat, m.ready = flat, m.queue_copies(flat, self.copy_stream)
         m.gpu = m.sequential(flat)
         if mode == "sequential":
             self.copy_stream.synchronize()  # load, then run
             m.ready = None
-        m.load_started, m.alloc_ms = started, (time.monotonic() - started) * 1e3
         self.cold_starts += 1
         self.loaded_high = max(self.loaded_high, len(self.loaded()))
         return mode
