@@ -22,8 +22,10 @@ endif()
 # The client API (request markers, memory-pressure callback) for servers that call it.
 install(FILES include/tandem/client.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tandem COMPONENT runtime)
 # PyTorch's side of memory quotas (the cache emptied; micro-batches that give memory back):
-# importable from here (PYTHONPATH) or copied into an image.
+# importable from here (PYTHONPATH) or copied into an image. Beside them SIRIUS's inference side:
+# the model server and the queueing model that chooses its T_idle and tandemd's W.
 install(FILES examples/pytorch/tandem_torch.py examples/pytorch/tandem_microbatch.py
+  examples/pytorch/model_server.py examples/pytorch/sirius_model.py
   DESTINATION ${CMAKE_INSTALL_DATADIR}/tandem/python COMPONENT runtime)
 install(FILES README.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs COMPONENT runtime FILES_MATCHING PATTERN "*.md")

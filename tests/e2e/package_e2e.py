@@ -51,6 +51,7 @@ def expected_files(build):
     """Every file a /usr install holds, relative to the DESTDIR."""
     files = {"usr/lib/tandem/libtandem.so", "usr/sbin/tandemd", "usr/bin/tandemctl", "usr/include/tandem/client.h",
              "usr/share/tandem/python/tandem_torch.py", "usr/share/tandem/python/tandem_microbatch.py",
+             "usr/share/tandem/python/model_server.py", "usr/share/tandem/python/sirius_model.py",
              "usr/share/doc/tandem/README.md",
              "usr/share/doc/tandem/LICENSE", "usr/lib/systemd/system/tandemd.service", "etc/tandem/tandemd.json"}
     files |= {f"usr/share/doc/tandem/docs/{d}" for d in os.listdir(os.path.join(ROOT, "docs")) if d.endswith(".md")}

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""SIRIUS's inference side with PyTorch (docs/memory.md, "The PyTorch model server"):
+examples/pytorch/sirius_model.py (the queueing model that picks T_idle and W) and
+examples/pytorch/model_server.py (models loaded on first request, pipelined, released after
+T_idle, evicted least recently used first).
+
+  queueing   the model's compliance against a discrete-event simulation of the same queue at a
+             few points (within 0.01), and against one whose T_idle is a fixed timer (the model
+             predicts no more than it: conservative); compliance never falls as T_idle or W grow;
+             the search returns the smallest T_idle and W that meet the target; the CLI prints
+             what the search returns. Pure Python: no PyTorch needed.
+  serve      the server under libtandem beside tandemd on the simulated GPU, 3 models of 32 MiB
+             under a quota that holds 2: no model is loaded before its first request; models
+             idle for T_idle are released and their memory returns (tandemctl mem's bytes in
+             use drop); a load that runs out of memory evicts the least recently used model;
+             every request is answered.
+  pipelined  the first request after a pipelined load is answered sooner than after
+             load-then-run, the two alternating in one run (a time ratio).
+
+usage: model_server_e2e.py BUILD_DIR CASE
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from e2e_util import check, last_json, mem_row, run_case  # noqa: E402
+from torch_e2e import PYTHON, example, require_torch, run, start  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(example("sirius_model.py")))
+import sirius_model as sm  # noqa: E402
+
+MIB = 1 << 20
+
+# Points of the model's space: utilisation from 2% to 60%, alpha from 0 to 1, load times from
+# shorter than a service to many.
+POINTS = [
+    dict(rate=6, service_ms=8, load_ms=40, model_mb=256, models=3, slo_ms=60, idle_ms=300, watermark_mb=256),
+    dict(rate=20, service_ms=20, load_ms=100, model_mb=128, models=2, slo_ms=150, idle_ms=200, watermark_mb=0),
+    dict(rate=3, service_ms=5, load_ms=50, model_mb=64, models=1, slo_ms=30, idle_ms=500, watermark_mb=16, adjust_ms=20),
+    dict(rate=15, service_ms=40, load_ms=30, model_mb=100, models=1, slo_ms=300, idle_ms=100, watermark_mb=50),
+]
+
+
+def queueing(_env):
+    for i, p in enumerate(POINTS):
+        model = sm.evaluate(**p)["compliance"]
+        sim = sm.simulate(**p, requests=200000, seed=10 + i)
+        fixed = sm.simulate(**p, requests=200000, seed=20 + i, timer="fixed")
+        model_fixed = sm.evaluate(**p, timer="fixed")["compliance"]
+        check(abs(model - sim) <= 0.01, f"point {i}: the model's compliance {model:.4f} matches the simulated "
+                                        f"queue's {sim:.4f} (within 0.01)")
+        check(abs(model_fixed - fixed) <= 0.01 and model <= fixed + 0.01,
+              f"point {i}: with a fixed T_idle timer (a server's) the simulated queue's {fixed:.4f} matches the model's "
+              f"fixed-timer variant ({model_fixed:.4f}) and is no lower than SIRIUS's exponential model's (within 0.01)")
+    p = dict(POINTS[0])
+    del p["idle_ms"], p["watermark_mb"]
+    by_idle = [sm.evaluate(**p, idle_ms=t, watermark_mb=64)["compliance"] for t in (0, 10, 50, 100, 300, 1000, 5000, math.inf)]
+    by_w = [sm.evaluate(**p, idle_ms=300, watermark_mb=w)["compliance"] for w in (0, 32, 128, 384, 700, 768)]
+    check(all(b >= a - 1e-12 for a, b in zip(by_idle, by_idle[1:])) and by_idle[-1] > by_idle[0] + 0.05,
+          f"compliance grows with T_idle: {[round(c, 4) for c in by_idle]}")
+    check(all(b >= a - 1e-12 for a, b in zip(by_w, by_w[1:])) and by_w[-1] > by_w[0] + 0.05,
+          f"compliance grows with W: {[round(c, 4) for c in by_w]}")
+
+    target = 0.99
+    meets = lambda t, w: sm.evaluate(**p, idle_ms=t, watermark_mb=w)["compliance"] >= target
+    t = sm.smallest_idle_ms(p, 64, target)
+    check(t is not None and meets(t, 64) and not meets(t - 1, 64),
+          f"the smallest T_idle that meets {target} with W = 64 MiB: {t} ms (1 ms less does not)")
+    w = sm.smallest_watermark_mb(p, 1000, target)
+    check(w is not None and meets(1000, w) and not meets(1000, w - 1),
+          f"the smallest W that meets {target} with T_idle = 1 s: {w} MiB (1 MiB less does not)")
+    r = sm.search(**p, target=target)
+    check(r["feasible"] and meets(r["idle_ms"], r["watermark_mb"]) and not meets(r["idle_ms"] - 1, r["watermark_mb"])
+          and (r["watermark_mb"] == 0 or not meets(r["idle_ms"], r["watermark_mb"] - 1)),
+          f"the joint search's T_idle and W each are the smallest that meet {target} with the other: {r}")
+    tight = dict(p, slo_ms=10)
+    r2 = sm.search(**tight, target=target)
+    check(not r2["feasible"] and r2["max_compliance"] < target,
+          f"an SLO no setting meets is reported infeasible (at most {r2['max_compliance']})")
+    cli = subprocess.run([sys.executable, example("sirius_model.py"), "--rate", "6", "--service-ms", "8", "--load-ms",
+                          "40", "--model-mb", "256", "--models", "3", "--slo-ms", "60", "--target", "0.99"],
+                         capture_output=True, text=True, timeout=120)
+    out = last_json(cli.stdout)
+    print("cli:", json.dumps(out))
+    check(cli.returncode == 0 and out == json.loads(json.dumps(r)),
+          "the CLI prints the search's result as JSON (idle_ms, watermark_mb, compliance)")
+
+
+def read_lines(p, lines, on_line):
+    for line in p.stdout:
+        if line.startswith("{"):
+            lines.append(json.loads(line))
+            on_line(lines[-1])
+
+
+def serve(env):
+    require_torch()
+    d = env.daemon()
+    model_mb, idle_ms = 32, 250
+    # 3 models of 32 MiB (one allocation of 32 MiB each, whole segments of PyTorch's allocator)
+    # under a quota that holds two of them and what the process uses besides (cuBLAS: about 66 MiB).
+    p = start(env, [example("model_server.py"), "--models", "3", "--model-mb", str(model_mb), "--rate", "8",
+                    "--seconds", "12", "--idle-ms", str(idle_ms), "--log-events", "--linger-s", "4"],
+              TANDEM_ROLE="inference", TANDEM_MEM_LIMIT="150M")
+    env.started.append(p)
+    lines, samples = [], []
+
+    def on_line(e):  # tandem's view of the process's memory at each load and once drained
+        if e.get("event") in ("load", "drained"):
+            try:
+                row = mem_row(env, p.pid)
+            except subprocess.TimeoutExpired:  # a busy machine: this sample is missed, the server goes on
+                row = None
+            if row:
+                samples.append((e["event"], row["bytes_in_use"]))
+    reader = threading.Thread(target=read_lines, args=(p, lines, on_line))
+    reader.start()
+    p.wait(timeout=300)
+    reader.join()
+    err = p.stderr.read()
+    d.terminate()
+    d.wait()
+    check(p.returncode == 0, f"the server ran under tandem (exit {p.returncode}{': ' + err[-2000:] if p.returncode else ''})")
+    summary = lines[-1]
+    events = [e for e in lines if "event" in e]
+    print("summary:", json.dumps(summary))
+    at_load = [b for what, b in samples if what == "load"]
+    drained = [b for what, b in samples if what == "drained"]
+    check(drained and at_load and max(at_load) - drained[-1] >= model_mb * MIB and events[-1]["reserved_mb"] == 0,
+          f"released models' memory returns to the GPU: tandemctl mem's bytes in use "
+          f"{max(at_load or [0]) / MIB:.0f} MiB at most at loads, {(drained or [0])[-1] / MIB:.0f} MiB once all were "
+          f"released")
+
+    ready = next(e for e in lines if "ready" in e)
+    check(ready["loaded"] == 0, "no model is loaded before requests come")
+    # Replay the events: what is loaded, when each model was last used.
+    loaded, last, first_seen, lru_ok, idle_ok = set(), {}, set(), [], []
+    for e in events:
+        if e["event"] == "load":
+            loaded.add(e["model"])
+        elif e["event"] == "request":
+            if e["model"] not in first_seen:
+                first_seen.add(e["model"])
+                check(e["cold"], f"model {e['model']} is loaded at its first request ({e})")
+            last[e["model"]] = e["done"]  # when it was answered: the model's last use
+        elif e["event"] == "release":
+            if e["why"] == "evict":
+                lru_ok.append(e["model"] == min(loaded, key=lambda k: last[k]))
+            else:
+                idle = (e["t"] - last[e["model"]]) * 1e3
+                idle_ok.append(idle_ms - 1 <= idle <= idle_ms + 1000 or round(idle))
+            loaded.discard(e["model"])
+    check(len(first_seen) == 3 and summary["cold_starts"] >= 3, f"all 3 models were loaded on demand "
+                                                                 f"({summary['cold_starts']} cold starts)")
+    check(summary["idle_releases"] >= 3 and all(x is True for x in idle_ok),
+          f"models are released after T_idle = {idle_ms} ms without requests, not before "
+          f"({summary['idle_releases']} idle releases; idle ms of those outside {idle_ms - 1} to {idle_ms + 1000}: "
+          f"{[x for x in idle_ok if x is not True]})")
+    check(summary["evictions"] >= 1 and all(lru_ok) and summary["loaded_high"] == 2,
+          f"a load that runs out of memory evicts the least recently used model ({summary['evictions']} evictions, "
+          f"at most {summary['loaded_high']} models loaded under the quota)")
+    requests = [e for e in events if e["event"] == "request"]
+    check(summary["failed"] == 0 and summary["requests"] == len(requests) >= 60 and all("ms" in e for e in requests),
+          f"every request is answered ({summary['requests']}, {summary['failed']} failed; p50 {summary['p50_ms']} ms, "
+          f"p99 {summary['p99_ms']} ms)")
+
+
+def pipelined(env):
+    require_torch()
+    # Copies at 1 GB/s (SIMGPU_PCIE_GBPS takes whole GB/s; 16.8 ms per layer of 16 MiB) and 16 ms
+    # of GPU time per layer: load-then-run costs the sum (about 135 + 130 ms), pipelining about one
+    # layer's copy plus the compute (about 150 ms): long against the host's share, which a busy
+    # machine stretches. T_idle 0: every request is a cold start, pipelined and sequential in turn;
+    # the medians of 10 each.
+    r, _ = run(env, [example("model_server.py"), "--models", "1", "--model-mb", "128", "--layers", "8",
+                     "--layer-gpu-ms", "16", "--rate", "1.2", "--requests", "20", "--idle-ms", "0", "--loading",
+                     "alternate"], tandem=True, timeout=300, SIMGPU_PCIE_GBPS="1", TANDEM_ROLE="inference")
+    print("summary:", json.dumps(r))
+    first = r["cold_request_p50_ms"]  # from the load's start to the answer: no queueing
+    ratio = first["pipelined"] / first["sequential"]
+    check(r["cold_starts"] == 20 and r["failed"] == 0, f"every request was a cold start ({r['cold_starts']})")
+    check(ratio <= 0.8, f"pipelined loading answers a cold start's request in {first['pipelined']:.1f} ms against "
+                        f"{first['sequential']:.1f} ms for load-then-run: {ratio:.2f} of it (at most 0.8)")
+
+
+if __name__ == "__main__":
+    t0 = time.monotonic()
+    run_case({"queueing": queueing, "serve": serve, "pipelined": pipelined})
+    print(f"model server e2e {sys.argv[2]}: ok ({time.monotonic() - t0:.0f} s)")
