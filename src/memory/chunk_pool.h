@@ -25,7 +25,7 @@
 //     before it places a block in that chunk.
 // The fast path (a block that fits in a held chunk, or a free) is the allocation lock, a
 // compare-and-swap on the slot's use word and the sub-allocator: no system call, no driver
-// call (but cuEventRecord for a stream-ordered free), no daemon.
+// call (but cuEventRecord for a free on a per-thread default stream), no daemon.
 // Reuse in stream order: a block freed with a stream-ordered free serves, at once and without
 // its marker, the next allocation of the same size on the same stream (the stream runs the
 // work queued before the free first), as the driver's own stream-ordered pools do. Without it
