@@ -99,11 +99,14 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
   if (client.role != "inference") return granted(n, "no free chunks in the pool");
   // Only from training in its own trust domain: another domain's chunks could never reach it.
   std::vector<TrainingHolder> trainings;
-  for (const auto& [id, c] : registry_.clients())
-    if (c.role == "training" && c.gpu == client.gpu && c.slot >= 0 && !c.closing &&
-        c.trust_domain == client.trust_domain)
-      trainings.push_back({id, pool_.held_by(id), gpu(c.gpu)->segment().shm()->slots[c.slot].assigned_quota_bytes,
-                           working_set_floor(gpu(c.gpu)->segment().view(c.slot).v)});
+  for (const auto& [id, c] : registry_.clients()) {
+    if (c.role != "training" || c.gpu != client.gpu || c.slot < 0 || c.closing ||
+        c.trust_domain != client.trust_domain)
+      continue;
+    const auto& segment = gpu(c.gpu)->segment();
+    trainings.push_back({id, pool_.held_by(id), segment.shm()->slots[c.slot].assigned_quota_bytes,
+                         working_set_floor(segment.view(c.slot).v)});
+  }
   ReclaimPlan plan = plan_reclaim((wanted - n) * chunk, watermark(), chunk, trainings);
   for (const QuotaCut& cut : plan.cuts) {
     Client* t = registry_.find(cut.client);

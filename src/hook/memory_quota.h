@@ -42,10 +42,10 @@ void memory_quota_after_fork_child() noexcept;
 // From the progress thread, every tick (and when tandemd changed the quota): calls the
 // callback when the process is over its quota, at most every 100 ms unless the quota changed.
 void memory_pressure_tick(uint64_t now_ns) noexcept;
-// Whether the callback is due: over the quota, and 100 ms since the last call (at `last_ns`,
-// told of `last_quota`) or the quota changed since.
 // True while the process has a memory-pressure callback (tandem_on_memory_pressure).
 bool memory_pressure_registered() noexcept;
+// Whether the callback is due: over the quota, and 100 ms since the last call (at `last_ns`,
+// told of `last_quota`) or the quota changed since.
 bool pressure_due(uint64_t now_ns, uint64_t quota, uint64_t used, uint64_t last_ns, uint64_t last_quota) noexcept;
 
 }  // namespace tandem::hook

@@ -28,6 +28,12 @@ namespace {
 using memory::ChunkPool;
 using memory::GrantedChunk;
 
+// The current context as a number, 0 when none: with it a StreamTag names a context's legacy stream.
+uint64_t current_context() noexcept {
+  CUcontext ctx = nullptr;
+  return g_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS ? reinterpret_cast<uintptr_t>(ctx) : 0;
+}
+
 // The pool's driver calls. The zero stream is used under the chunk lock only; markers are
 // recorded, queried and recycled under the allocation lock only (so the state here needs no lock).
 class RealPoolDriver final : public memory::PoolDriver {
@@ -97,11 +103,7 @@ class RealPoolDriver final : public memory::PoolDriver {
   // another stream now, nor on the legacy stream of another context than the current one.
   void* record_later(void* stream, bool per_thread, const memory::StreamTag& tag) override {
     if (g_open_captures.load(std::memory_order_acquire) > 0 || tag.epoch != stream_destructions()) return nullptr;
-    if (tag.stream == 1) {
-      CUcontext ctx = nullptr;
-      if (g_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || reinterpret_cast<uintptr_t>(ctx) != tag.context)
-        return nullptr;
-    }
+    if (tag.stream == 1 && current_context() != tag.context) return nullptr;
     return record(stream, per_thread);
   }
   // The legacy stream waits for every blocking stream's earlier work, per-thread default
@@ -370,10 +372,9 @@ memory::StreamTag pool_stream_tag(CUstream s, bool per_thread) noexcept {
   memory::StreamTag tag;
   tag.epoch = stream_destructions();
   if (s == nullptr || s == CU_STREAM_LEGACY) {  // the current context's legacy stream
-    CUcontext ctx = nullptr;
-    if (g_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return {};
+    tag.context = current_context();
+    if (!tag.context) return {};
     tag.stream = 1;
-    tag.context = reinterpret_cast<uintptr_t>(ctx);
   } else {
     tag.stream = reinterpret_cast<uintptr_t>(s);
   }

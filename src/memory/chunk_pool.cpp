@@ -49,6 +49,15 @@ bool ChunkPool::claim_block(uint32_t i) {
 
 void ChunkPool::unclaim_block(uint32_t i) { shared_[i].use.fetch_sub(1, std::memory_order_release); }
 
+bool ChunkPool::claim_blocks(uint32_t first, uint32_t count) {
+  for (uint32_t i = first; i < first + count; ++i) {
+    if (claim_block(i)) continue;
+    while (i-- > first) unclaim_block(i);
+    return false;
+  }
+  return true;
+}
+
 bool ChunkPool::small_usable(uint32_t i) const {
   uint32_t v = shared_[i].use.load(std::memory_order_acquire);
   return slots_[i].state == SlotState::small && (v & kMapped) && !(v & kLeaving);
@@ -114,17 +123,15 @@ uint64_t ChunkPool::reuse_on_stream(uint64_t bytes, const StreamTag& tag) {
     auto it = pending_blocks_.find(p.ptr);
     if (it == pending_blocks_.end() || it->second.bytes != bytes) continue;
     const Block& b = it->second;
-    uint32_t slots = std::max<uint32_t>(b.run, 1), claimed = 0;
-    for (uint32_t i = b.slot; i < b.slot + slots; ++i, ++claimed) {
+    const uint32_t slots = std::max<uint32_t>(b.run, 1);
+    auto current = [&](uint32_t i) {
       const Slot& s = slots_[i];
-      bool current = b.run ? s.state == SlotState::run && s.run_head == b.slot && s.stamp <= b.stamp
-                           : s.state == SlotState::small && s.stamp == b.stamp;
-      if (!current || !claim_block(i)) break;
-    }
-    if (claimed < slots) {
-      for (uint32_t i = b.slot; i < b.slot + claimed; ++i) unclaim_block(i);
-      continue;
-    }
+      return b.run ? s.state == SlotState::run && s.run_head == b.slot && s.stamp <= b.stamp
+                   : s.state == SlotState::small && s.stamp == b.stamp;
+    };
+    bool all_current = true;
+    for (uint32_t i = b.slot; i < b.slot + slots && all_current; ++i) all_current = current(i);
+    if (!all_current || !claim_blocks(b.slot, slots)) continue;
     if (p.marker) driver_.recycle(p.marker);
     unsealed_ -= p.unsealed;
     uint64_t ptr = p.ptr;
@@ -132,7 +139,7 @@ uint64_t ChunkPool::reuse_on_stream(uint64_t bytes, const StreamTag& tag) {
     blocks_.insert(std::move(node));
     pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(k));
     pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    note_live(live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    add_live(bytes);
     stream_reuses_.fetch_add(1, std::memory_order_relaxed);
     return ptr;
   }
@@ -157,7 +164,7 @@ uint64_t ChunkPool::allocate_small(uint64_t bytes, bool grow) {
     if (offset == RangeAllocator::kNone) return unclaim_block(i), 0;
     uint64_t ptr = slot_va(i) + offset;
     blocks_[ptr] = Block{bytes, i, 0, s.stamp};
-    note_live(live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    add_live(bytes);
     hint_ = i;
     return ptr;
   };
@@ -207,12 +214,7 @@ uint64_t ChunkPool::allocate_run(uint64_t bytes, bool grow) {
   for (uint32_t i = start; i < start + n; ++i)
     if (shared_[i].use.load(std::memory_order_acquire) == 0) fresh.push_back(i);
   if (!fresh.empty() && !fill_slots_locked(fresh)) return 0;
-  // Every slot of the run is won against trimming, or none is.
-  for (uint32_t i = start; i < start + n; ++i) {
-    if (claim_block(i)) continue;
-    while (i-- > start) unclaim_block(i);
-    return 0;
-  }
+  if (!claim_blocks(start, n)) return 0;
   uint64_t stamp = 0;
   for (uint32_t i = start; i < start + n; ++i) {
     slots_[i].state = SlotState::run;
@@ -222,7 +224,7 @@ uint64_t ChunkPool::allocate_run(uint64_t bytes, bool grow) {
   }
   uint64_t ptr = slot_va(start);
   blocks_[ptr] = Block{bytes, start, n, stamp};
-  note_live(live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  add_live(bytes);
   return ptr;
 }
 

@@ -208,6 +208,8 @@ class ChunkPool {
   // Takes a place for one more live block in slot `i` unless it is unmapped or leaving.
   bool claim_block(uint32_t i);
   void unclaim_block(uint32_t i);
+  // A place in each of `count` slots from `first`, won against trimming in all or in none.
+  bool claim_blocks(uint32_t first, uint32_t count);
   // A small slot usable by the allocator: mapped, not leaving, and its sub-allocator current.
   bool small_usable(uint32_t i) const;
   // No live or pending block, mapped, not leaving (allocation lock).
@@ -258,7 +260,9 @@ class ChunkPool {
   std::atomic<uint64_t> free_seq_{0}, synced_seq_{0};
   std::atomic<uint64_t> held_bytes_{0}, live_bytes_{0}, pending_bytes_{0};
   std::atomic<uint64_t> held_peak_{0}, live_peak_{0}, window_peak_{0};
-  void note_live(uint64_t live) {
+  // `bytes` more live, and the high-water marks raised.
+  void add_live(uint64_t bytes) {
+    uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     raise_peak(live_peak_, live);
     raise_peak(window_peak_, live);
   }
