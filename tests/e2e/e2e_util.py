@@ -4,6 +4,7 @@ import atexit
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -136,6 +137,19 @@ def mem_row(env, pid):
     out = ctl(env, "mem", "--json")
     rows = [r for r in json.loads(out.stdout)["processes"] if r["pid"] == pid] if out.returncode == 0 else []
     return rows[0] if rows else None
+
+
+def stats_file(env, pid):
+    """What process `pid` wrote to its statistics file (TANDEM_STATS_FILE=stats-%p.json in env.tmp)."""
+    with open(os.path.join(env.tmp, f"stats-{pid}.json")) as f:
+        return json.load(f)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 free now (a rendezvous for distributed ranks, a scrape target)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def slots_by_pid(status):

@@ -33,13 +33,12 @@ usage: fill_e2e.py BUILD_DIR CASE
                   again (a wrapped period once made it wait for ever)
 """
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 
-from e2e_util import Env, check, finish, slots_by_pid, wait_for
+from e2e_util import Env, check, finish, slots_by_pid, stats_file, wait_for
 
 
 def retention_round(env, seconds):
@@ -148,7 +147,7 @@ def restarted_round(env):
     print(f"detector before the restart: bubble {before[0]:.1f} ms, busy {before[1]:.1f} ms; after: bubble "
           f"{after[0]:.1f} ms, busy {after[1]:.1f} ms ({after[2]} bubbles); training after the restart "
           f"{kept:.3f} of Exclusive; filler {filler['requests']} requests")
-    return before, after, kept, registered, stats_of(env, a.pid), stats_of(env, b.pid)
+    return before, after, kept, registered, stats_file(env, a.pid), stats_file(env, b.pid)
 
 
 def daemon_restarted(env, rounds=2):
@@ -211,11 +210,6 @@ def threads(env, runs=3):
               f"of Exclusive (best of {runs} runs)")
 
 
-def stats_of(env, pid):
-    with open(os.path.join(env.tmp, f"stats-{pid}.json")) as f:
-        return json.load(f)
-
-
 def daemon_stopped(env):
     d = env.daemon()
     a = env.start("train-sim", "--seconds", "4", role="training")
@@ -230,7 +224,7 @@ def daemon_stopped(env):
     t, i = finish(a), finish(b)
     d.terminate()
     d.wait()
-    train, filler = stats_of(env, a.pid), stats_of(env, b.pid)
+    train, filler = stats_file(env, a.pid), stats_file(env, b.pid)
     check(t["iterations"] > 0 and i["requests"] > 0, "training and the filler finished")
     check(filler["gate"]["fail_open"] >= 1, f"the filler failed open while the daemon was stopped "
           f"({filler['gate']['fail_open']} gate waits ended by the stale heartbeat)")
@@ -260,7 +254,7 @@ def sample_overflow(env):
     warnings = [l for l in err.splitlines() if "TANDEM_SAMPLE_US" in l]
     check(len(warnings) == 1 and "'99999999999999999999'" in warnings[0] and "using '1000'" in warnings[0],
           f"one warning naming the variable, the value and the default: {warnings}")
-    filler = stats_of(env, b.pid)
+    filler = stats_file(env, b.pid)
     check(filler["gate"]["fail_open"] >= 1, f"it failed open on the stale heartbeat ({filler['gate']['fail_open']} times)")
 
 

@@ -11,14 +11,13 @@
 
 usage: mem_quota_e2e.py BUILD_DIR KERNEL_IMAGE quota|pressure|python
 """
-import json
 import os
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fill_e2e import Env, check  # noqa: E402
-from e2e_util import ctl, mem_row, preload, wait_for  # noqa: E402
+from e2e_util import ctl, mem_row, preload, stats_file, wait_for  # noqa: E402
 
 
 def start_fixture(env, image, mode, mib):
@@ -39,8 +38,7 @@ def start_fixture(env, image, mode, mib):
 
 
 def stats_of(env, pid):
-    with open(os.path.join(env.tmp, f"stats-{pid}.json")) as f:
-        return json.load(f)["memory"]
+    return stats_file(env, pid)["memory"]
 
 
 def quota_case(env, image):

@@ -46,7 +46,7 @@ import urllib.request
 import mmap
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import check, finish, run_case, wait_for  # noqa: E402
+from e2e_util import check, finish, free_port, run_case, wait_for  # noqa: E402
 from hostile_daemon_e2e import FAIL_OPEN_MS, HEARTBEAT_OFFSET, connect, cpu_seconds, gpu_uuid, hello, stop  # noqa: E402
 
 SKIP = 77
@@ -225,14 +225,6 @@ def case_pool(env):
         finish(train)
     finally:
         stop(d)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def case_prometheus(env):

@@ -25,7 +25,6 @@ usage: microbatch_e2e.py BUILD_DIR CASE
 import json
 import os
 import queue
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, ctl, mem_row, preload, wait_for  # noqa: E402
+from e2e_util import Env, check, ctl, free_port, mem_row, preload, stats_file, wait_for  # noqa: E402
 from torch_e2e import PYTHON, ROOT, require_torch  # noqa: E402
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "microbatch_probe.py")
@@ -92,11 +91,6 @@ def set_quota(env, pid, size):
     r = ctl(env, "mem", "--set", str(pid), size)
     check(r.returncode == 0, f"tandemctl mem --set {pid} {size}: {r.stdout.strip()} {r.stderr.strip()}")
     return t
-
-
-def stats_of(env, pid):
-    with open(os.path.join(env.tmp, f"stats-{pid}.json")) as f:
-        return json.load(f)
 
 
 def latencies(events, lowered):
@@ -188,7 +182,7 @@ def pressure_case(env):
     check(steps[2]["micro_batches"] == 4 and steps[5]["micro_batches"] == 8 and steps[13]["micro_batches"] == 4,
           "the discarded micro-batch's samples ran again: the steps ran 4 x 2, 8 x 1 and 4 x 2 samples")
     check(r["diff"] <= TOLERANCE, f"the parameters equal full-batch training's (relative {r['diff']:.2e})")
-    m = stats_of(env, pid)["memory"]
+    m = stats_file(env, pid)["memory"]
     check(m["quota_refusals"] == 0, "no allocation was refused: the runner gave memory back before it was needed")
     check(m["pressure_calls"] >= 3 and m["reported_release_bytes"] == s["released_bytes"] > 0,
           f"tandem counted the calls and the releases reported: {m['pressure_calls']} calls, "
@@ -208,14 +202,8 @@ def oom_case(env):
     check(s["ooms"] == 1 and s["discarded"] == 1, f"the first micro-batch ran out of memory and was discarded ({s})")
     check(r["ks"] == [2] + [4] * 5, f"k went to 4 and stayed ({r['ks']})")
     check(r["diff"] <= TOLERANCE, f"the parameters equal full-batch training's (relative {r['diff']:.2e})")
-    m = stats_of(env, r["pid"])["memory"]
+    m = stats_file(env, r["pid"])["memory"]
     check(m["quota_refusals"] >= 1, f"tandem refused the allocation ({m['quota_refusals']} refusals)")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ddp_case(env):

@@ -35,13 +35,12 @@ usage: torch_ddp_e2e.py BUILD_DIR ddp|ddp-slo|ddp-fill-comm
 import glob
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_util import Env, check, last_json, preload  # noqa: E402
+from e2e_util import Env, check, free_port, last_json, preload  # noqa: E402
 from torch_e2e import PYTHON, example, require_torch  # noqa: E402
 from torch_policy_e2e import SETTLE_S, Program, steps_per_s, warmed_up, window, with_daemon  # noqa: E402
 
@@ -83,12 +82,6 @@ def finish(p, timeout, peers=()):
     if p.returncode != 0:
         raise SystemExit(f"FAIL: {' '.join(p.args[1:3])} exited with {p.returncode}:\n{err[-3000:]}")
     return last_json(out)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ddp(env):

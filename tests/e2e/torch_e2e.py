@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, ctl, last_json, wait_for  # noqa: E402
+from e2e_util import Env, check, ctl, last_json, stats_file, wait_for  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # TANDEM_TEST_PYTHON: another interpreter with PyTorch (a GPU machine's own, scripts/gpu-check.sh).
@@ -60,11 +60,6 @@ def start(env, args, **settings):
     return subprocess.Popen([PYTHON, *args], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def stats(env, pid):
-    with open(os.path.join(env.tmp, f"stats-{pid}.json")) as f:
-        return json.load(f)
-
-
 def example(name):
     return os.path.join(ROOT, "examples", "pytorch", name)
 
@@ -91,7 +86,7 @@ def train_case(env):
     runs = []
     for _ in range(2):
         r, p = run(env, [example("train.py"), "--steps", "3", "--replays", "4"], tandem=True, TANDEM_ROLE="training")
-        runs.append((r, stats(env, find_pid(env, None))))
+        runs.append((r, stats_file(env, find_pid(env, None))))
     (r1, s1), (r2, s2) = runs
     l1, l2 = s1["launches"], s2["launches"]
     print("launches:", json.dumps(l1))
@@ -121,7 +116,7 @@ def find_pid(env, _runs):
 
 def serve_case(env):
     r, p = run(env, [example("serve.py"), "--requests", "10"], tandem=True, TANDEM_ROLE="inference")
-    s = stats(env, find_pid(env, None))
+    s = stats_file(env, find_pid(env, None))
     check(r["requests"] == 10, f"serve.py answered its 10 requests under tandem: {r}")
     check(s["launches"]["total"] > 0 and s["launches"]["by_entry"], f"its launches are counted: {s['launches']}")
 
@@ -132,7 +127,7 @@ def quota_case(env):
     check(r["total"] == 512 << 20, f"torch.cuda.mem_get_info reports the 512 MiB quota as the GPU ({r['total']})")
     check(r["oom"] is not None, f"allocating beyond the quota raises torch.OutOfMemoryError: {r['oom']}")
     check(r["small_ok"] == 32 << 20, "the process goes on allocating within the quota afterwards")
-    s = stats(env, find_pid(env, None))["memory"]
+    s = stats_file(env, find_pid(env, None))["memory"]
     check(s["quota_refusals"] >= 1, f"tandem counted the refusal: {s}")
 
 
@@ -152,7 +147,7 @@ def pressure_case(env):
         r = last_json(out)
         check(p.returncode == 0 and r["reserved"] == 0, f"tandem_torch's callback emptied the cache: {r}"
               + ("" if p.returncode == 0 else err[-2000:]))
-        m = stats(env, p.pid)["memory"]
+        m = stats_file(env, p.pid)["memory"]
         check(m["pressure_calls"] >= 1 and m["reported_release_bytes"] >= 64 << 20,
               f"the release was reported to tandem: {m}")
     finally:
@@ -182,7 +177,7 @@ def pool_case(env, expandable):
         d.wait()
     check(r["steps"] == 3 and r["replays"] == 2, f"training and graph replays finished: {r}")
     check(seen, "tandemd served the process's memory from its pool while it ran")
-    m = stats(env, p.pid)["memory"]
+    m = stats_file(env, p.pid)["memory"]
     check(m["allocs"] > 0 and m["peak_bytes"] > 0, f"its allocations were counted: {m}")
 
 

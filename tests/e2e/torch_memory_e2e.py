@@ -28,8 +28,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_util import Env, check, finish, last_json, slots_by_pid  # noqa: E402
-from torch_e2e import PYTHON, example, require_torch, start, stats  # noqa: E402
+from e2e_util import Env, check, finish, last_json, slots_by_pid, stats_file  # noqa: E402
+from torch_e2e import PYTHON, example, require_torch, start  # noqa: E402
 
 MIB = 1 << 20
 
@@ -66,7 +66,7 @@ def probe(env, **settings):
     out, err = p.communicate(timeout=300)
     if p.returncode != 0:
         raise SystemExit(f"FAIL: the probe exited with {p.returncode}:\n{err[-3000:]}")
-    return last_json(out), stats(env, p.pid)
+    return last_json(out), stats_file(env, p.pid)
 
 
 def allocator(env):
@@ -127,7 +127,7 @@ def run_pair(env, backend, seconds):
                                  f"(exit {train.returncode}{': ' + err[-1500:] if train.returncode else ''})")
     trained = last_json(out)
     trained["working_set_mib"] = working_set >> 20
-    return trained, served, stats(env, server.pid)["memory"]["pool"]
+    return trained, served, stats_file(env, server.pid)["memory"]["pool"]
 
 
 def handover(env):
