@@ -25,7 +25,7 @@ How it works (docs/memory.md, "Micro-batches that give memory back"):
   (torch.cuda.empty_cache()) and the bytes freed reported (tandem_report_release), k doubles (up
   to the batch size) and the rest of the batch, the discarded samples included, runs in
   micro-batches of the new size. A torch.OutOfMemoryError in the gradient phase is handled the
-  same way. Model-update phase (optimizer.step()): the update finishes, then the cache is
+  same way, and so is cuBLAS's or cuDNN's failure to allocate (a RuntimeError). Model-update phase (optimizer.step()): the update finishes, then the cache is
   emptied and the next step runs with twice the micro-batches.
 * Regrowing: at the start of a step that follows a step without pressure, k halves (down to the
   `micro_batches` given) when the memory free under the quota (torch.cuda.mem_get_info(), which
@@ -59,6 +59,13 @@ import torch
 from tandem_torch import PRESSURE_FN, memory_api  # installed beside this file
 
 _OOM = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+# cuBLAS and cuDNN allocate their handles and workspaces themselves; PyTorch reports a failure
+# there as a RuntimeError naming the library's status, not as an OutOfMemoryError.
+_LIBRARY_OOM = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
+
+
+def _out_of_memory(error):
+    return isinstance(error, _OOM) or any(status in str(error) for status in _LIBRARY_OOM)
 _REGROW_MARGIN = 1.25
 _active = None  # the registered callback: tandem keeps a pointer to it
 
@@ -273,9 +280,9 @@ class MicrobatchRunner:
             return weighted.detach()
         except _Discard:
             pass
-        except _OOM:
-            if self.k >= self._cap:
-                raise  # nothing smaller to run
+        except RuntimeError as error:
+            if not _out_of_memory(error) or self.k >= self._cap:
+                raise  # not memory, or nothing smaller to run
             self.stats["ooms"] += 1
             phase = "oom"
         finally:

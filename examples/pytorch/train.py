@@ -10,7 +10,10 @@ LD_PRELOAD=build/lib/libtandem.so. Prints one JSON line: steps, replays, seconds
 As a workload beside others (tandem's policies): --gpu-ms adds GPU time to each step as large
 element-wise kernels (gpu_time.py), --sleep-ms a data-loading pause after it, --warmup-steps
 untimed steps first (the first loads cuBLAS and cuDNN) and --start-at a common start of the
-timed part.
+timed part. --micro-batches K runs each step as K micro-batches with gradient accumulation
+(tandem_microbatch.MicrobatchRunner, installed beside this file): under tandem, a step asked for
+memory discards the micro-batch that is running and gives its memory back at once (SIRIUS's
+instant adjustment), and one that runs out of memory goes on with more, smaller micro-batches.
 Data-parallel when started as a rank of a group (torchrun, or RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR and MASTER_PORT set): NCCL process group, one GPU per rank (LOCAL_RANK), the model
 wrapped in DistributedDataParallel, whose gradient all-reduces are NCCL kernels.
@@ -80,17 +83,22 @@ def main() -> int:
                         help="Unix time at which the timed steps start, after the warm-up (default: at once)")
     parser.add_argument("--pause-file", help="no steps while this file exists (a harness's switch)")
     parser.add_argument("--log-steps", action="store_true", help="a JSON line with the Unix time at each timed step's end")
+    parser.add_argument("--micro-batches", type=int, default=0,
+                        help="run each step as this many micro-batches through tandem_microbatch.MicrobatchRunner "
+                             "(gives live memory back under tandem; one process only; default: one plain step)")
     args = parser.parse_args()
     if (args.steps < 1 or args.replays < 0 or args.batch < 1 or args.dim < 8 or args.dim % 4 or args.gpu_ms < 0
-            or args.kernel_ms <= 0 or args.warmup_steps < 0 or args.warmup_batch < 0):
+            or args.kernel_ms <= 0 or args.warmup_steps < 0 or args.warmup_batch < 0 or args.micro_batches < 0):
         parser.error("--steps >= 1, --replays >= 0, --batch >= 1, --dim a multiple of 4 and >= 8, --gpu-ms >= 0, "
-                     "--kernel-ms > 0, --warmup-steps >= 0, --warmup-batch >= 0")
+                     "--kernel-ms > 0, --warmup-steps >= 0, --warmup-batch >= 0, --micro-batches >= 0")
 
     began = time.monotonic()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if world > 1 and args.seconds:
         parser.error("--seconds: the ranks of a group would disagree on the number of steps; use --steps")
+    if world > 1 and args.micro_batches:
+        parser.error("--micro-batches: one process only here (MicrobatchRunner takes the plain module, not DDP's)")
 
     import torch
     from torch import nn
@@ -113,14 +121,22 @@ def main() -> int:
     img = torch.randn(args.batch, 3, 32, 32, device=dev)
     label = torch.randint(0, 10, (args.batch,), device=dev)
     gpu = GpuTime(torch, args.gpu_ms, args.kernel_ms)
+    runner = None
+    if args.micro_batches:
+        from tandem_microbatch import MicrobatchRunner
+        runner = MicrobatchRunner(model, opt, loss_fn, micro_batches=args.micro_batches)
 
     def step(img=img, label=label):
-        opt.zero_grad(set_to_none=True)
         gpu.launch()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(net(img), label)
-        loss.backward()
-        opt.step()
+        if runner:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                runner.step(img, label)
+        else:
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = loss_fn(net(img), label)
+            loss.backward()
+            opt.step()
         if args.sleep_ms:
             torch.cuda.synchronize()
             time.sleep(args.sleep_ms / 1e3)
@@ -174,6 +190,8 @@ def main() -> int:
         torch.distributed.destroy_process_group()
     print(json.dumps({"example": "train", "rank": rank, "world_size": world, "steps": steps, "replays": args.replays,
                       "train_s": round(train_s, 3), "steps_per_s": round(steps / train_s, 2),
+                      "samples_per_s": round(steps * args.batch / train_s, 2),
+                      **({"micro_batches": dict(runner.stats), "k": runner.k} if runner else {}),
                       "warmup_s": round(warmup_s, 3), "late_s": late_s,
                       "gpu_ms_per_step": args.gpu_ms, **gpu.describe(),
                       "out_shape": list(static_out.shape), "max_allocated": torch.cuda.max_memory_allocated(),

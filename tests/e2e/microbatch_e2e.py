@@ -15,6 +15,11 @@ holds its activations in GPU memory, 12 MiB per sample and layer, 8 samples a st
             the reported release.
   oom       TANDEM_MEM_LIMIT=64M from the start: the first micro-batch's allocation fails, the
             runner discards it and goes on with k = 4, exactly
+  library-oom  examples/pytorch/train.py --micro-batches 1 (a GPU model: cuBLAS) with a batch of
+            640 under TANDEM_MEM_LIMIT=512M: the first micro-batch's activations fill the quota
+            and cuBLAS fails to allocate its handle for the backward (a RuntimeError, not an
+            OutOfMemoryError); the runner takes it for out-of-memory, discards and trains with
+            k = 2 instead of failing
   ddp       two ranks (gloo, CPU tensors) under libtandem: rank 1's quota is lowered in a
             forward; rank 1 shrinks in that step, both ranks run its k from the next step on
             (they agree before every step), regrow together once it is cleared, and end with
@@ -206,6 +211,20 @@ def oom_case(env):
     check(m["quota_refusals"] >= 1, f"tandem refused the allocation ({m['quota_refusals']} refusals)")
 
 
+def library_oom_case(env):
+    p = subprocess.run([PYTHON, os.path.join(ROOT, "examples", "pytorch", "train.py"), "--steps", "3", "--replays",
+                        "0", "--batch", "640", "--dim", "128", "--micro-batches", "1"],
+                       env=dict(env.base, LD_PRELOAD=preload(env.build), TANDEM_MEM_LIMIT="512M",
+                                TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-%p.json")),
+                       capture_output=True, text=True, timeout=240)
+    check(p.returncode == 0, f"training ran every step ({p.returncode}: {p.stderr[-1500:]})")
+    r = json.loads([l for l in p.stdout.splitlines() if l.startswith("{")][-1])
+    s = r["micro_batches"]
+    print("runner:", json.dumps(s), "k", r["k"])
+    check(s["ooms"] >= 1 and s["discarded"] >= 1 and r["k"] >= 2,
+          f"an allocation failure in the backward was taken for out-of-memory: discarded, k {r['k']} ({s})")
+
+
 def ddp_case(env):
     env.daemon()
     port = str(free_port())
@@ -259,7 +278,8 @@ def main():
     env = Env(build)
     t0 = time.monotonic()
     try:
-        {"plain": plain_case, "pressure": pressure_case, "oom": oom_case, "ddp": ddp_case}[case](env)
+        {"plain": plain_case, "pressure": pressure_case, "oom": oom_case, "library-oom": library_oom_case,
+         "ddp": ddp_case}[case](env)
     finally:
         env.kill_started()
     print(f"microbatch e2e {case}: ok ({time.monotonic() - t0:.0f} s)")
