@@ -12,9 +12,14 @@ compute stream, each layer waiting only for its own layer's event, so layer i co
 layer i+1 is copied. --loading sequential loads, waits, then runs (load-then-run); alternate
 takes turns, to compare the two in one run.
 
-Requests arrive as a Poisson process (--rate) or as SIRIUS's LIGHT/BURST traces (--trace, as
-infer-sim's: per --interval-s a rate drawn from LogNormal(1, 1), or for BURST 30% of intervals
-LogNormal(4.5, 0.3)), to uniformly chosen models, answered one at a time (latency from arrival).
+Requests arrive as a Poisson process (--rate) or as SIRIUS's traces (--trace), per --interval-s
+a rate drawn from: LIGHT LogNormal(1, 1) (mean 4.5 requests/s), HEAVY LogNormal(4.5, 0.3) (mean
+94), BURST LIGHT's with 30% of intervals HEAVY's (as infer-sim's), to uniformly chosen models;
+or maf, a synthetic stand-in for the Microsoft Azure Functions trace (the trace itself is not
+shipped): heavy-tailed rates LogNormal(2, 1.5) (mean 23) to models chosen by a Zipf law of
+exponent 1.05 (a few models take most requests, as functions do; SIRIUS's SKEWED). --rate-scale
+multiplies every rate (a slower machine's share). Requests are answered one at a time (latency
+from arrival).
 
 T_idle: --idle-ms, or --target-compliance P with --slo-ms: the server measures a request's
 service time and a cold start's extra latency first (one load of model 0 and a few requests,
@@ -45,15 +50,28 @@ MIB = 1 << 20
 class RateTrace:
     """SIRIUS's rate traces as infer-sim draws them: one rate per interval, drawn as the run reaches it."""
 
-    def __init__(self, kind, interval_s, seed):
-        self.kind, self.interval_s, self.rng, self.rates = kind, interval_s, random.Random(seed), []
+    def __init__(self, kind, interval_s, seed, scale=1.0):
+        self.kind, self.interval_s, self.rng, self.rates, self.scale = kind, interval_s, random.Random(seed), [], scale
+
+    def draw(self):
+        if self.kind == "maf":
+            return self.rng.lognormvariate(2.0, 1.5)
+        heavy = self.kind == "heavy" or self.kind == "burst" and self.rng.random() < 0.3
+        return self.rng.lognormvariate(4.5, 0.3) if heavy else self.rng.lognormvariate(1.0, 1.0)
 
     def at(self, t):
         i = int(t / self.interval_s)
         while len(self.rates) <= i:
-            heavy = self.kind == "burst" and self.rng.random() < 0.3
-            self.rates.append(self.rng.lognormvariate(4.5, 0.3) if heavy else self.rng.lognormvariate(1.0, 1.0))
+            self.rates.append(self.draw() * self.scale)
         return max(self.rates[i], 0.01)
+
+    def chooser(self, models, seed):
+        """The model of each request: uniform, or for maf by a Zipf law of exponent 1.05."""
+        rng = random.Random(seed)
+        if self.kind != "maf":
+            return lambda: rng.randrange(models)
+        weights = [1 / (k + 1) ** 1.05 for k in range(models)]
+        return lambda: rng.choices(range(models), weights)[0]
 
     def mean(self, seconds):
         n = max(1, math.ceil(seconds / self.interval_s))
@@ -147,6 +165,13 @@ class Server:
         # A cold start's request from its load's start to its answer (no queueing), by loading.
         self.load_ms, self.first_ms = [], {"pipelined": [], "sequential": []}
         self.log = args.log_events
+        self.api = None
+        if args.tandem_requests:  # examples/pytorch/tandem_torch.py, beside this file
+            import tandem_torch
+            self.api = tandem_torch.requests()
+            if not self.api:
+                print("model_server.py: --tandem-requests: libtandem.so is not loaded; requests are not reported",
+                      file=sys.stderr)
 
     def now(self):
         return time.monotonic() - self.t0
@@ -166,7 +191,7 @@ class Server:
             self.idle_releases += 1
         else:
             self.evictions += 1
-        self.event(event="release", model=m.index, why=why)
+        self.event(event="release", model=m.index, why=why, loaded=[o.index for o in self.loaded()])
 
     def release_idle(self):
         """Releases the models idle for T_idle; seconds until the next one would be."""
@@ -222,7 +247,18 @@ class Server:
         return y
 
     def request(self, k, arrival):
-        """Serves a request that arrived at `arrival` (s since t0); its latency (s) or None (failed)."""
+        """Serves a request that arrived at `arrival` (s since t0); its latency (s) or None (failed).
+        With --tandem-requests tandem is told of its arrival and its answer (policy slo and fill
+        protect what it launches in between)."""
+        if not self.api:
+            return self.serve(k, arrival)
+        begun = self.api[0](int((self.t0 + arrival) * 1e9))
+        try:
+            return self.serve(k, arrival)
+        finally:
+            self.api[1](begun)
+
+    def serve(self, k, arrival):
         m = self.models[k]
         how = self.ensure(m)
         if how is False:
@@ -280,7 +316,9 @@ def main():
     ap.add_argument("--batch", type=int, default=4, help="inputs per request (default 4)")
     ap.add_argument("--seed", type=int, default=1, help="weights and arrivals (default 1)")
     ap.add_argument("--rate", type=float, default=0.0, help="Poisson arrivals per second, all models together")
-    ap.add_argument("--trace", choices=("light", "burst"), help="SIRIUS's LIGHT or BURST rate trace instead of --rate")
+    ap.add_argument("--trace", choices=("light", "heavy", "burst", "maf"),
+                    help="SIRIUS's LIGHT, HEAVY or BURST rate trace, or maf (synthetic), instead of --rate")
+    ap.add_argument("--rate-scale", type=float, default=1.0, help="multiplies the trace's rates (default 1)")
     ap.add_argument("--interval-s", type=float, default=20.0, help="the trace's interval (default 20)")
     ap.add_argument("--seconds", type=float, default=0.0, help="serve for this long")
     ap.add_argument("--requests", type=int, default=0, help="or serve this many requests")
@@ -301,11 +339,13 @@ def main():
                     help="after the last request, go on releasing idle models for up to this long; a 'drained' "
                          "line when none is loaded (default 0)")
     ap.add_argument("--log-events", action="store_true", help="a JSON line per load, release and request")
+    ap.add_argument("--tandem-requests", action="store_true",
+                    help="tell tandem when each request arrives and is answered (include/tandem/client.h)")
     a = ap.parse_args()
     if (a.models < 1 or a.model_mb <= 0 or a.layers < 1 or a.layer_gpu_ms < 0 or a.batch < 1 or a.rate < 0
             or (a.rate > 0) == bool(a.trace) or (a.seconds > 0) == (a.requests > 0) or a.slo_ms < 0
             or not 0 <= a.target_compliance < 1 or (a.target_compliance and not a.slo_ms)
-            or (a.target_compliance and a.idle_ms is not None)):
+            or (a.target_compliance and a.idle_ms is not None) or a.rate_scale <= 0):
         ap.error("one of --rate / --trace and one of --seconds / --requests; sizes > 0; --target-compliance in "
                  "(0, 1) needs --slo-ms and excludes --idle-ms")
     if a.idle_ms is None and not a.target_compliance:
@@ -323,7 +363,7 @@ def main():
         # cuBLAS, the kernels and the allocator's first segments come with the first load and
         # request: a start-up cost, not any model's cold start.
         measure(server, loads=1, requests=1)
-        trace = RateTrace(a.trace, a.interval_s, a.seed + 1) if a.trace else None
+        trace = RateTrace(a.trace, a.interval_s, a.seed + 1, a.rate_scale) if a.trace else None
         rate = a.rate or trace.mean(a.seconds or 10 * a.interval_s)
         chosen = {"idle_ms": a.idle_ms, "watermark_mb": None}
         if a.target_compliance:
@@ -339,7 +379,8 @@ def main():
             print(f"model_server.py: T_idle {chosen['idle_ms']} ms; set TANDEM_MEM_WATERMARK={chosen['watermark_mb']}M "
                   f"for tandemd (predicted compliance {chosen['compliance']})", file=sys.stderr)
         server.idle_s = chosen["idle_ms"] / 1e3
-        rng, pick = random.Random(a.seed), random.Random(a.seed + 2)
+        rng = random.Random(a.seed)
+        pick = trace.chooser(a.models, a.seed + 2) if trace else (lambda r=random.Random(a.seed + 2): r.randrange(a.models))
         latencies, failed = [], 0
         print(json.dumps({"ready": round(time.time(), 4), "warmup_s": round(time.monotonic() - began, 3),
                           "loaded": len(server.loaded())}), flush=True)
@@ -353,7 +394,7 @@ def main():
             while (wait := next_arrival - server.now()) > 0:
                 time.sleep(min(wait, server.release_idle() + 1e-4))
             server.release_idle()
-            latency = server.request(pick.randrange(a.models), next_arrival)
+            latency = server.request(pick(), next_arrival)
             done += 1
             if latency is None:
                 failed += 1

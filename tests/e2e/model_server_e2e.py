@@ -9,11 +9,14 @@ T_idle, evicted least recently used first).
              predicts no more than it: conservative); compliance never falls as T_idle or W grow;
              the search returns the smallest T_idle and W that meet the target; the CLI prints
              what the search returns. Pure Python: no PyTorch needed.
+             The server's traces: LIGHT, HEAVY, BURST and maf rates have the means of their
+             distributions (4.5, 94, 31 and 23 requests/s), --rate-scale multiplies them, and
+             maf's requests go mostly to a few models (Zipf), the others' uniformly.
   serve      the server under libtandem beside tandemd on the simulated GPU, 3 models of 32 MiB
              under a quota that holds 2: no model is loaded before its first request; models
              idle for T_idle are released and their memory returns (tandemctl mem's bytes in
              use drop); a load that runs out of memory evicts the least recently used model;
-             every request is answered.
+             every request is answered, and with --tandem-requests tandemd counts each one.
   pipelined  the first request after a pipelined load is answered sooner than after
              load-then-run, the two alternating in one run (a time ratio).
 
@@ -29,7 +32,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_util import check, last_json, mem_row, run_case  # noqa: E402
+from e2e_util import check, last_json, mem_row, run_case, slots_by_pid  # noqa: E402
 from torch_e2e import PYTHON, example, require_torch, run, start  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(example("sirius_model.py")))
@@ -83,6 +86,7 @@ def queueing(_env):
     r2 = sm.search(**tight, target=target)
     check(not r2["feasible"] and r2["max_compliance"] < target,
           f"an SLO no setting meets is reported infeasible (at most {r2['max_compliance']})")
+    traces()
     cli = subprocess.run([sys.executable, example("sirius_model.py"), "--rate", "6", "--service-ms", "8", "--load-ms",
                           "40", "--model-mb", "256", "--models", "3", "--slo-ms", "60", "--target", "0.99"],
                          capture_output=True, text=True, timeout=120)
@@ -90,6 +94,27 @@ def queueing(_env):
     print("cli:", json.dumps(out))
     check(cli.returncode == 0 and out == json.loads(json.dumps(r)),
           "the CLI prints the search's result as JSON (idle_ms, watermark_mb, compliance)")
+
+
+def traces():
+    sys.path.insert(0, os.path.dirname(example("model_server.py")))
+    from model_server import RateTrace
+    n = 20000
+    for kind, mean in (("light", math.exp(1.5)), ("heavy", math.exp(4.5 + 0.045)),
+                       ("burst", 0.7 * math.exp(1.5) + 0.3 * math.exp(4.5 + 0.045)), ("maf", math.exp(2 + 1.125))):
+        got = RateTrace(kind, 1.0, 7).mean(n)
+        scaled = RateTrace(kind, 1.0, 7, scale=0.5).mean(n)
+        check(abs(got / mean - 1) <= 0.1 and abs(scaled / got - 0.5) <= 1e-9,
+              f"trace {kind}: mean rate {got:.1f} requests/s against the distribution's {mean:.1f} (within 10%); "
+              f"scaled by 0.5: {scaled:.1f}")
+        pick = RateTrace(kind, 1.0, 7).chooser(6, 3)
+        counts = [0] * 6
+        for _ in range(6000):
+            counts[pick()] += 1
+        top = max(counts) / 6000
+        check(top >= 0.35 if kind == "maf" else top <= 0.2,
+              f"trace {kind}: the most requested of 6 models takes {top:.2f} of the requests "
+              f"({'Zipf' if kind == 'maf' else 'uniform'})")
 
 
 def read_lines(p, lines, on_line):
@@ -106,12 +131,15 @@ def serve(env):
     # 3 models of 32 MiB (one allocation of 32 MiB each, whole segments of PyTorch's allocator)
     # under a quota that holds two of them and what the process uses besides (cuBLAS: about 66 MiB).
     p = start(env, [example("model_server.py"), "--models", "3", "--model-mb", str(model_mb), "--rate", "8",
-                    "--seconds", "12", "--idle-ms", str(idle_ms), "--log-events", "--linger-s", "4"],
+                    "--seconds", "12", "--idle-ms", str(idle_ms), "--log-events", "--linger-s", "4",
+                    "--tandem-requests"],
               TANDEM_ROLE="inference", TANDEM_MEM_LIMIT="150M")
     env.started.append(p)
-    lines, samples = [], []
+    lines, samples, told = [], [], []
 
     def on_line(e):  # tandem's view of the process's memory at each load and once drained
+        if e.get("event") == "drained":
+            told.append(slots_by_pid(env.status() or {}).get(p.pid, {}).get("requests"))
         if e.get("event") in ("load", "drained"):
             try:
                 row = mem_row(env, p.pid)
@@ -156,6 +184,7 @@ def serve(env):
                 idle = (e["t"] - last[e["model"]]) * 1e3
                 idle_ok.append(idle_ms - 1 <= idle <= idle_ms + 1000 or round(idle))
             loaded.discard(e["model"])
+            check(set(e["loaded"]) == loaded, f"a release names the models still loaded ({e}, replayed {loaded})")
     check(len(first_seen) == 3 and summary["cold_starts"] >= 3, f"all 3 models were loaded on demand "
                                                                  f"({summary['cold_starts']} cold starts)")
     check(summary["idle_releases"] >= 3 and all(x is True for x in idle_ok),
@@ -166,6 +195,11 @@ def serve(env):
           f"a load that runs out of memory evicts the least recently used model ({summary['evictions']} evictions, "
           f"at most {summary['loaded_high']} models loaded under the quota)")
     requests = [e for e in events if e["event"] == "request"]
+    # Until the first tandem_request_begin, tandem counts each synchronization as a request: the
+    # warm-up's two answers (one load, one request) come before it.
+    check(told and 0 <= told[0] - summary["requests"] <= 2,
+          f"--tandem-requests: tandemd counted the server's requests ({told} for {summary['requests']} and the "
+          f"warm-up's 2)")
     check(summary["failed"] == 0 and summary["requests"] == len(requests) >= 60 and all("ms" in e for e in requests),
           f"every request is answered ({summary['requests']}, {summary['failed']} failed; p50 {summary['p50_ms']} ms, "
           f"p99 {summary['p99_ms']} ms)")
