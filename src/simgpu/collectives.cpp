@@ -15,8 +15,8 @@
 // (ncclDevWorkColl / ncclDevWorkP2p, in the arguments or NCCL's work FIFO) and the element
 // type in the kernel's name. Layouts are NCCL 2.28's (older versions since 2.19 are read the
 // same way) or 2.30's, chosen by the ncclGetVersion of the libnccl loaded in the process;
-// anything unrecognised falls back to the ordinary kernel cost. Send/receive kernels are
-// timed but do not meet (in a larger communicator not every rank takes part in them).
+// anything unrecognised falls back to the ordinary kernel cost. Send/receive kernels meet per
+// (sender, receiver) pair and move their bytes instead (p2p.cpp).
 // See docs/simgpu.md.
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -98,6 +98,8 @@ struct WorkBatch {
 constexpr unsigned kWorkP2p = 0, kWorkBcast = 3;  // 1 ncclDevWorkColl, 2 ncclDevWorkCollReg
 struct WorkP2p {  // ncclDevWorkP2p's head (the same in 2.28 and 2.30)
   uint64_t send_addr, recv_addr, send_bytes, recv_bytes;
+  int32_t send_rank, recv_rank;
+  uint8_t n_p2p_channels, channel_base, n_send_channels, n_recv_channels;  // 0 channels: no such direction
 };
 
 // What moved between versions: 2.30 padded ncclDevWorkColl to 128 bytes (its counts from byte
@@ -187,6 +189,7 @@ struct Collective {
   int rank = 0, n_ranks = 0;
   Kind kind = Kind::other;
   double bytes = 0;  // per rank over its link
+  std::vector<P2pWork> p2p;  // a send/receive kernel's works
 };
 
 // Parses the launch; false when it is not a recognisable NCCL collective or send/receive.
@@ -233,6 +236,18 @@ bool parse(const KernelLaunch& k, Collective* c) {
           WorkP2p w;
           std::memcpy(&w, work, sizeof w);
           bytes += static_cast<double>(w.send_bytes > w.recv_bytes ? w.send_bytes : w.recv_bytes);
+          P2pWork p;
+          p.comm = c->comm;
+          p.rank = c->rank;
+          p.n_ranks = c->n_ranks;
+          p.send_rank = w.n_send_channels && w.send_rank >= 0 && w.send_rank < c->n_ranks ? w.send_rank : -1;
+          p.recv_rank = w.n_recv_channels && w.recv_rank >= 0 && w.recv_rank < c->n_ranks ? w.recv_rank : -1;
+          p.channel = w.channel_base;
+          p.send_addr = w.send_addr;
+          p.recv_addr = w.recv_addr;
+          p.send_bytes = w.send_bytes;
+          p.recv_bytes = w.recv_bytes;
+          c->p2p.push_back(p);
         } else if (type == kWorkBcast) {
           uint64_t n;
           std::memcpy(&n, work + 24, sizeof n);
@@ -269,11 +284,16 @@ ProcessMutex g_comms_mutex;
 auto* g_comms = new std::map<uint64_t, Communicator>();  // never destroyed
 uint64_t g_comms_made[kMaxRanks];
 
-uint64_t next_key(uint64_t comm, int n_ranks) {
-  std::lock_guard<std::mutex> lock(g_comms_mutex);
+Communicator& communicator(uint64_t comm, int n_ranks) {  // under g_comms_mutex
   auto it = g_comms->find(comm);
   if (it == g_comms->end()) it = g_comms->emplace(comm, Communicator{g_comms_made[n_ranks - 1]++, 0}).first;
-  return it->second.index << 40 | (++it->second.collectives & ((1ull << 40) - 1));
+  return it->second;
+}
+
+uint64_t next_key(uint64_t comm, int n_ranks) {
+  std::lock_guard<std::mutex> lock(g_comms_mutex);
+  Communicator& c = communicator(comm, n_ranks);
+  return c.index << 40 | (++c.collectives & ((1ull << 40) - 1));
 }
 
 bool alive(int32_t pid) { return process_alive(pid); }  // a process id of process_identity.cpp
@@ -303,6 +323,11 @@ void meet(const Collective& c, uint64_t key, Arrival (&rows)[kMaxRanks][kWindow]
 
 }  // namespace
 
+uint64_t communicator_index(uint64_t comm, int n_ranks) {
+  std::lock_guard<std::mutex> lock(g_comms_mutex);
+  return communicator(comm, n_ranks).index;
+}
+
 void forget_communicators(CUdeviceptr base, size_t bytes) {
   std::lock_guard<std::mutex> lock(g_comms_mutex);
   for (auto it = g_comms->lower_bound(base); it != g_comms->end() && it->first < base + bytes;) it = g_comms->erase(it);
@@ -322,6 +347,7 @@ void run_nccl_kernel(const KernelLaunch& k, unsigned sms) {
   if (ns < settings().min_kernel_ns) ns = settings().min_kernel_ns;
   log(3, "%s: rank %d/%d, %.0f bytes over the link, %llu ns", k.fn->name.c_str(), c.rank, c.n_ranks, c.bytes,
       static_cast<unsigned long long>(ns));
+  if (c.kind == Kind::send_recv && c.n_ranks > 1 && run_p2p(k.device, c.p2p, ns, sms)) return;
   Table* t = table();
   bool together = t && c.n_ranks > 1 && c.kind != Kind::send_recv && c.kind != Kind::other;
   uint64_t key = together ? next_key(c.comm, c.n_ranks) : 0;

@@ -303,6 +303,24 @@ void run_nccl_kernel(const KernelLaunch& k, unsigned sms);
 int loaded_nccl_version();
 // Freed device memory: communicators whose device side lived there are gone.
 void forget_communicators(CUdeviceptr base, size_t bytes);
+// The communicator whose device side is at `comm` as this process numbers those of its size:
+// its first N-rank communicator is 0, ... (ranks meet their communicators in the same order).
+uint64_t communicator_index(uint64_t comm, int n_ranks);
+// ---- NCCL point-to-point (p2p.cpp) ----
+// One send and/or receive of an NCCL kernel (an ncclDevWorkP2p): to `send_rank` and from
+// `recv_rank` of the communicator whose device side is at `comm`, -1 for a direction the work
+// does not have; `channel` is the channel of its first part.
+struct P2pWork {
+  uint64_t comm = 0;
+  int rank = 0, n_ranks = 0;
+  int send_rank = -1, recv_rank = -1, channel = 0;
+  uint64_t send_addr = 0, recv_addr = 0, send_bytes = 0, recv_bytes = 0;
+};
+// Runs a send/receive kernel's works: each send meets its receive in the peer process, which
+// gets the bytes; the kernel lasts `ns` once its receives' sends have started. False when the
+// works cannot be matched (no shared memory, an unknown connection layout): the caller then
+// times the kernel alone.
+bool run_p2p(int device, const std::vector<P2pWork>& works, uint64_t ns, unsigned sms);
 
 // ---- graphs and capture (graph.cpp) ----
 struct GraphAllocation;  // graph_memory.cpp

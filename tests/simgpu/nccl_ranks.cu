@@ -1,6 +1,6 @@
 // NCCL's C API on the simulated GPUs: 2 (or RANKS) processes, one GPU each, one communicator.
 // Usage: simgpu_nccl CHECK [RANKS]
-//        (CHECK: basic | late | bandwidth | straggler | shared | graph | steps | loader)
+//        (CHECK: basic | late | bandwidth | straggler | shared | graph | steps | loader | p2p)
 //  basic:     ncclGetUniqueId / ncclCommInitRank, all_reduce, broadcast, a barrier-like
 //             1-element all_reduce, ncclCommDestroy; the communicator's rank and size.
 //  late:      rank 1 starts its all_reduce 200 ms after the others: theirs complete no earlier
@@ -23,6 +23,12 @@
 //             work layout) must not deadlock with the dynamic loader.
 //  shared:    another process keeps GPU 1 busy: rank 1's transfer runs at about half speed
 //             (time slices) and rank 0's all_reduce lasts as long (at least 1.5x alone).
+//  p2p:       point-to-point along a chain 0 -> 1 -> ... -> n-1: each rank receives a 1 MiB
+//             buffer from the previous rank and sends its own to the next. The bytes arrive
+//             (a pattern seeded by the parent's pid, so that another job's transfer met by
+//             mistake fails the check); two sends of different content to the same peer
+//             arrive in order; a receive posted 200 ms before its send takes ~200 ms, the send
+//             not (it fits NCCL's buffers).
 // The parent forks the ranks before any CUDA call and hands rank 0's unique id to the others
 // through a pipe. Every wait is bounded: a rank gives up after 60 s, the parent after 90 s.
 #include <dlfcn.h>
@@ -284,6 +290,66 @@ static void run_loader(Rank& r, float* buf) {
   std::printf("rank %d: 20 collectives beside %ld loads of %s\n", g_rank, loads.load(), dso);
 }
 
+// The byte pattern of transfer `n` from `rank` in this job (the parent's pid tells jobs apart).
+static unsigned char pattern(int rank, int n, size_t i) {
+  return static_cast<unsigned char>((static_cast<unsigned>(getppid()) * 31u + rank * 7u + n * 13u + i * 101u) >> 3);
+}
+
+// Fills `bytes` of device memory with transfer `n`'s pattern of this rank.
+static void fill(unsigned char* device, size_t bytes, int rank, int n) {
+  std::string host(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) host[i] = static_cast<char>(pattern(rank, n, i));
+  CUDA_OK(cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice));
+}
+
+// True when `bytes` of device memory hold transfer `n`'s pattern of `rank`.
+static bool holds(const unsigned char* device, size_t bytes, int rank, int n) {
+  std::string host(bytes, '\0');
+  CUDA_OK(cudaMemcpy(host.data(), device, bytes, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < bytes; ++i)
+    if (static_cast<unsigned char>(host[i]) != pattern(rank, n, i)) return false;
+  return true;
+}
+
+static void run_p2p(Rank& r, float* buf) {
+  const size_t bytes = 1 << 20;
+  auto* base = reinterpret_cast<unsigned char*>(buf);
+  unsigned char *out[2] = {base, base + bytes}, *in[2] = {base + 2 * bytes, base + 3 * bytes};
+  const int next = g_rank + 1 < g_ranks ? g_rank + 1 : -1, prev = g_rank - 1;
+  // Two transfers down the chain, each in its own group: they arrive in order.
+  for (int n = 0; n < 2; ++n) fill(out[n], bytes, g_rank, n);
+  CUDA_OK(cudaMemset(in[0], 0, 2 * bytes));
+  barrier(r, buf + (4 * bytes) / sizeof(float));
+  for (int n = 0; n < 2; ++n) {
+    NCCL_OK(ncclGroupStart());
+    if (next >= 0) NCCL_OK(ncclSend(out[n], bytes, ncclUint8, next, r.comm, r.stream));
+    if (prev >= 0) NCCL_OK(ncclRecv(in[n], bytes, ncclUint8, prev, r.comm, r.stream));
+    NCCL_OK(ncclGroupEnd());
+  }
+  CUDA_OK(cudaStreamSynchronize(r.stream));
+  if (prev >= 0) {
+    EXPECT(holds(in[0], bytes, prev, 0));
+    EXPECT(holds(in[1], bytes, prev, 1));
+    std::printf("rank %d: 2 x %zu bytes from rank %d arrived in order\n", g_rank, bytes, prev);
+  }
+  // A late sender: rank 0 sends 200 ms after rank 1 posted its receive.
+  barrier(r, buf + (4 * bytes) / sizeof(float));
+  if (g_rank > 1) return;
+  double t0 = seconds();
+  if (g_rank == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    t0 = seconds();
+    NCCL_OK(ncclSend(out[0], bytes, ncclUint8, 1, r.comm, r.stream));
+  } else {
+    NCCL_OK(ncclRecv(in[1], bytes, ncclUint8, 0, r.comm, r.stream));
+  }
+  CUDA_OK(cudaStreamSynchronize(r.stream));
+  double t = seconds() - t0;
+  std::printf("rank %d: %s took %.1f ms\n", g_rank, g_rank == 0 ? "the late send" : "the early receive", t * 1e3);
+  if (g_rank == 1) EXPECT(t >= 0.190 && holds(in[1], bytes, 0, 0));  // waited for the send
+  else EXPECT(t < 0.100);                                             // its receive was there
+}
+
 static int run_rank(int rank, int id_fd, const std::string& check) {
   g_rank = rank;
   alarm(60);  // a hung rank fails the test instead of hanging it
@@ -299,7 +365,7 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
   NCCL_OK(ncclCommInitRank(&r.comm, g_ranks, id, rank));
   CUDA_OK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
   float* buf = nullptr;
-  CUDA_OK(cudaMalloc(&buf, 256ull << 20));  // lazily committed: the kernels never touch it
+  CUDA_OK(cudaMalloc(&buf, 256ull << 20));  // lazily committed: only p2p writes (its first MiBs)
   if (check == "basic") run_basic(r, buf);
   else if (check == "late") run_late(r, buf);
   else if (check == "bandwidth") run_bandwidth(r, buf);
@@ -308,6 +374,7 @@ static int run_rank(int rank, int id_fd, const std::string& check) {
   else if (check == "graph") run_graph(r, buf);
   else if (check == "steps") run_steps(r, buf);
   else if (check == "loader") run_loader(r, buf);
+  else if (check == "p2p") run_p2p(r, buf);
   else EXPECT(!"unknown check");
   NCCL_OK(ncclCommDestroy(r.comm));
   CUDA_OK(cudaFree(buf));
@@ -324,7 +391,7 @@ static int run_ranks(const pid_t* pids);
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3 || (argc == 3 && (std::atoi(argv[2]) < 2 || std::atoi(argv[2]) > 8))) {
-    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared|graph|steps|loader [RANKS: 2-8, default 2]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s basic|late|bandwidth|straggler|shared|graph|steps|loader|p2p [RANKS: 2-8, default 2]\n", argv[0]);
     return 2;
   }
   if (argc == 3) g_ranks = std::atoi(argv[2]);
