@@ -7,6 +7,9 @@
 
 namespace tandem::hook {
 
+std::atomic<uint64_t> collective_detail::g_waited_ordinal{0};
+using collective_detail::g_waited_ordinal;
+
 namespace {
 
 std::atomic<uint64_t> g_issued{0};
@@ -28,7 +31,6 @@ std::mutex g_write;         // event records after a collective and waits for on
 // The last stream made to wait for a collective (one: the stream a framework computes on).
 std::atomic<CUstream> g_waiting_stream{nullptr};
 std::atomic<bool> g_waiting_per_thread{false};
-std::atomic<uint64_t> g_waited_ordinal{0};
 // Kernels launched behind it, not yet told to tandemd. Published together once the collective
 // last waited for is over: a launch behind an older one that is over meanwhile waits with them.
 std::atomic<uint64_t> g_queued_launches{0};
@@ -66,7 +68,7 @@ void note_stream_wait(CUstream s, CUevent e, bool per_thread) noexcept {
   g_waited_ordinal.store(ordinal, std::memory_order_release);
 }
 
-uint64_t collective_ahead_of(CUstream s, bool per_thread) noexcept {
+uint64_t collective_ahead_of_slow(CUstream s, bool per_thread) noexcept {
   uint64_t ordinal = g_waited_ordinal.load(std::memory_order_acquire);
   if (!ordinal || ordinal <= g_over.load(std::memory_order_acquire)) return 0;
   if (g_waiting_stream.load(std::memory_order_relaxed) != s ||

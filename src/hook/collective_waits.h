@@ -29,8 +29,16 @@ bool note_event_record(CUevent e, CUstream s, bool per_thread) noexcept;
 void note_stream_wait(CUstream s, CUevent e, bool per_thread) noexcept;
 
 // The ordinal of the collective that work queued on `s` now waits for; 0 when none, or when it
-// is over already.
-uint64_t collective_ahead_of(CUstream s, bool per_thread) noexcept;
+// is over already. Inline: one relaxed load on every managed launch of a process none of whose
+// streams ever waited for a collective (a filler's, an inference server's).
+namespace collective_detail {
+extern std::atomic<uint64_t> g_waited_ordinal;  // the collective last waited for (0: none yet)
+}  // namespace collective_detail
+uint64_t collective_ahead_of_slow(CUstream s, bool per_thread) noexcept;
+inline uint64_t collective_ahead_of(CUstream s, bool per_thread) noexcept {
+  if (__builtin_expect(!collective_detail::g_waited_ordinal.load(std::memory_order_relaxed), 1)) return 0;
+  return collective_ahead_of_slow(s, per_thread);
+}
 // A launch of `kernels` queued behind a collective: counted for the page later. Lock-free.
 void note_queued_launches(uint64_t kernels) noexcept;
 // The launches queued behind the collective last waited for, once it is over (then 0 again).

@@ -2,13 +2,14 @@
 
 namespace tandem::hook {
 
+LaunchCounters counters_detail::g_launch{};
+using counters_detail::g_launch;
+
 namespace {
-LaunchCounters g_launch{};
 MemoryCounters g_memory{};
 GateCounters g_gate{};
 }  // namespace
 
-LaunchCounters& launch_counters() noexcept { return g_launch; }
 MemoryCounters& memory_counters() noexcept { return g_memory; }
 GateCounters& gate_counters() noexcept { return g_gate; }
 

@@ -38,7 +38,11 @@ struct GateCounters {
   std::atomic<uint64_t> collective_hold_ns;  // time they waited
 };
 
-LaunchCounters& launch_counters() noexcept;
+// Inline: every launch counts through it (a call less on the launch path).
+namespace counters_detail {
+extern LaunchCounters g_launch;
+}  // namespace counters_detail
+inline LaunchCounters& launch_counters() noexcept { return counters_detail::g_launch; }
 GateCounters& gate_counters() noexcept;
 MemoryCounters& memory_counters() noexcept;
 

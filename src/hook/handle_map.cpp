@@ -1,5 +1,7 @@
 #include "handle_map.h"
 
+#include <type_traits>
+
 namespace tandem::hook {
 
 bool HandleMap::put(uintptr_t key, uint64_t value) noexcept {
@@ -20,16 +22,11 @@ bool HandleMap::put(uintptr_t key, uint64_t value) noexcept {
   return stored;
 }
 
-namespace {
-// Static storage, never destroyed: hooks may run during and after static destruction.
-HandleMap g_function_kinds;
-HandleMap g_graph_exec_kernels;
-HandleMap g_kernel_costs;
-}  // namespace
-
-HandleMap& function_kinds() noexcept { return g_function_kinds; }
-HandleMap& graph_exec_kernels() noexcept { return g_graph_exec_kernels; }
-HandleMap& kernel_costs() noexcept { return g_kernel_costs; }
+static_assert(std::is_trivially_destructible_v<HandleMap>, "hooks may run after static destruction");
+HandleMap handle_map_detail::g_function_kinds;
+HandleMap handle_map_detail::g_graph_exec_kernels;
+HandleMap handle_map_detail::g_kernel_costs;
+using namespace handle_map_detail;
 
 void handle_maps_lock_all() noexcept {
   g_function_kinds.lock();

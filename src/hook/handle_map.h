@@ -48,10 +48,17 @@ class HandleMap {
 };
 
 // The process's maps: kernel classification per function handle, kernel counts per graph exec,
-// learned GPU time per kernel shape (kernel_cost.h).
-HandleMap& function_kinds() noexcept;
-HandleMap& graph_exec_kernels() noexcept;
-HandleMap& kernel_costs() noexcept;
+// learned GPU time per kernel shape (kernel_cost.h). Static storage, never destroyed: hooks may
+// run during and after static destruction (HandleMap is trivially destructible). Inline
+// accessors: each launch looks up one or two of them, and a call apiece was part of its cost.
+namespace handle_map_detail {
+extern HandleMap g_function_kinds;
+extern HandleMap g_graph_exec_kernels;
+extern HandleMap g_kernel_costs;
+}  // namespace handle_map_detail
+inline HandleMap& function_kinds() noexcept { return handle_map_detail::g_function_kinds; }
+inline HandleMap& graph_exec_kernels() noexcept { return handle_map_detail::g_graph_exec_kernels; }
+inline HandleMap& kernel_costs() noexcept { return handle_map_detail::g_kernel_costs; }
 
 void handle_maps_lock_all() noexcept;
 void handle_maps_unlock_all() noexcept;

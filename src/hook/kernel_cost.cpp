@@ -11,27 +11,18 @@
 
 namespace tandem::hook {
 
+std::atomic<uint64_t> cost_detail::g_launches{0};
+
 namespace {
 
-// A learned cost in the handle map: low 48 bits ns (78 hours), 15 bits samples, the top bit
-// set while every timing it came from shared the GPU.
-constexpr uint64_t kNsBits = 48;
-constexpr uint64_t kNsMask = (1ull << kNsBits) - 1;
-constexpr uint32_t kMaxSamples = 0x7fff;
-constexpr uint64_t kSharedOnly = 1ull << 63;
+using namespace cost_detail;
+
 uint64_t pack(const LearnedCost& c) {
   return std::min(c.ns, kNsMask) | (uint64_t{std::min(c.samples, kMaxSamples)} << kNsBits) | (c.shared_only ? kSharedOnly : 0);
 }
 LearnedCost unpack(uint64_t v) {
   return {v & kNsMask, static_cast<uint32_t>((v >> kNsBits) & kMaxSamples), (v & kSharedOnly) != 0};
 }
-uint64_t ns_of(uint64_t v) { return v & kNsMask; }
-uint32_t samples_of(uint64_t v) { return unpack(v).samples; }
-
-// The first launches of a shape are timed, then one in kSampleEvery of all gated launches.
-constexpr uint32_t kLearnSamples = 4;
-constexpr uint64_t kSampleEvery = 32;
-
 // Before any long kernel was timed: 1/8 ns a thread, what an element-wise kernel over a large
 // tensor costs on an H100 (and on the simulated GPU: 2 us a wave of 132 blocks of 256).
 constexpr uint64_t kInitialNsPerThreadQ10 = 128;
@@ -51,7 +42,6 @@ struct Sample {
 };
 constexpr uint32_t kSamples = 32;
 Sample g_samples[kSamples];
-std::atomic<uint64_t> g_launches{0};
 std::atomic<uint32_t> g_next_slot{0};
 std::atomic<uint64_t> g_samples_done{0};
 std::atomic<uint64_t> g_samples_shared{0};
@@ -89,12 +79,6 @@ bool shared_gpu(const Sample& sm) {
 
 }  // namespace
 
-uintptr_t kernel_cost_key(const void* function, uint64_t blocks) noexcept {
-  // Mixing the grid in keeps shapes of one function apart; 0 is the map's empty key.
-  uintptr_t k = reinterpret_cast<uintptr_t>(function) ^ (blocks * 0x9E3779B97F4A7C15ull);
-  return k ? k : 1;
-}
-
 uintptr_t graph_cost_key(const void* exec) noexcept {
   uintptr_t k = reinterpret_cast<uintptr_t>(exec) ^ 0xC2B2AE3D27D4EB4Full;  // apart from kernels
   return k ? k : 1;
@@ -115,11 +99,31 @@ uint64_t kernel_cost_ns(uintptr_t key, uint64_t threads) noexcept {
   return std::clamp(guess, kMinKernelCostNs, kMaxGuessNs);
 }
 
-int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thread, const tandem_slot* slot) noexcept {
-  uint64_t n = g_launches.fetch_add(1, std::memory_order_relaxed);
+ShapeCharge kernel_charge_learning(uintptr_t key, uint64_t threads, uint64_t n) noexcept {
   uint64_t v = kernel_costs().find(key);
-  bool learning = v == HandleMap::kAbsent || samples_of(v) < kLearnSamples;
-  if (!learning && n % kSampleEvery != 0) return -1;
+  if (v == HandleMap::kAbsent || !ns_of(v)) {
+    // As kernel_cost_ns: a timing that just finished may teach this shape before it is guessed.
+    poll_cost_samples();
+    v = kernel_costs().find(key);
+  }
+  if (v != HandleMap::kAbsent && ns_of(v)) return {ns_of(v), timed_launch(v, n)};
+  uint64_t guess = (threads * g_ns_per_thread_q10.load(std::memory_order_relaxed)) >> 10;
+  return {std::clamp(guess, kMinKernelCostNs, kMaxGuessNs), timed_launch(v, n)};
+}
+
+ShapeCharge graph_charge(uintptr_t key) noexcept {
+  uint64_t n = next_launch_ordinal();
+  uint64_t v = kernel_costs().find(key);
+  return {v == HandleMap::kAbsent ? 0 : ns_of(v), timed_launch(v, n)};
+}
+
+int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thread, const tandem_slot* slot) noexcept {
+  uint64_t n = next_launch_ordinal();
+  if (!timed_launch(kernel_costs().find(key), n)) return -1;
+  return cost_sample_claim(key, threads, s, per_thread, slot);
+}
+
+int cost_sample_claim(uintptr_t key, uint64_t threads, CUstream s, bool per_thread, const tandem_slot* slot) noexcept {
   // A few slots from a rotating start: a busy table skips this sample rather than wait.
   for (uint32_t tries = 0; tries < 4; ++tries) {
     uint32_t i = g_next_slot.fetch_add(1, std::memory_order_relaxed) % kSamples;
@@ -142,7 +146,7 @@ int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thre
   return -1;
 }
 
-void cost_sample_end(int sample, CUstream s, bool per_thread, bool launched) noexcept {
+void cost_sample_finish(int sample, CUstream s, bool per_thread, bool launched) noexcept {
   if (sample < 0) return;
   Sample& sm = g_samples[sample];
   bool pending = launched && record(sm.end, s, per_thread) == CUDA_SUCCESS;

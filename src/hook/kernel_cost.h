@@ -20,10 +20,21 @@
 // Lock-free for the launch path: a lookup is a probe of a fixed table; a sample takes a slot
 // with one compare-and-swap and records two events. Costs are written by one poller at a time
 // (the progress thread, or the first launch of a shape not learned yet).
+//
+// The launch path's fast case (a filler's every launch once its shapes are learned) is inline
+// here: kernel_charge() is one probe of the table, whose value holds both the cost and how many
+// timings taught it, so the same probe says whether this launch is timed; and one plain
+// increment of the launch ordinal. It was two probes (the cost, then again to decide the
+// sample), an atomic read-modify-write of the ordinal and three calls: 47-63 ns added to a
+// filler's launch against the null driver, and the null driver (no timing events) kept every
+// shape unlearned, which polled and timed every launch. Learning, polling and timing stay out
+// of line, taken only by a launch that is timed or whose shape is not learned.
 #pragma once
+#include <atomic>
 #include <cstdint>
 
 #include "cuda_abi.h"
+#include "handle_map.h"
 #include "tandem/shm_abi.h"
 
 namespace tandem::hook {
@@ -31,9 +42,65 @@ namespace tandem::hook {
 constexpr uint64_t kMinKernelCostNs = 2000;  // launch to completion of the smallest kernel
 constexpr uint64_t kMaxGuessNs = 1000000;    // what a shape never timed is charged at most
 
+// The first launches of a shape are timed (kLearnSamples), then one in kSampleEvery of all
+// gated launches.
+constexpr uint32_t kLearnSamples = 4;
+constexpr uint64_t kSampleEvery = 32;
+
 // The key of a kernel shape (function, blocks in its grid) and of a graph exec.
-uintptr_t kernel_cost_key(const void* function, uint64_t blocks) noexcept;
+inline uintptr_t kernel_cost_key(const void* function, uint64_t blocks) noexcept {
+  // Mixing the grid in keeps shapes of one function apart; 0 is the map's empty key.
+  uintptr_t k = reinterpret_cast<uintptr_t>(function) ^ (blocks * 0x9E3779B97F4A7C15ull);
+  return k ? k : 1;
+}
 uintptr_t graph_cost_key(const void* exec) noexcept;
+
+namespace cost_detail {
+// A learned cost in the handle map: low 48 bits ns (78 hours), 15 bits samples, the top bit
+// set while every timing it came from shared the GPU.
+constexpr uint64_t kNsBits = 48;
+constexpr uint64_t kNsMask = (1ull << kNsBits) - 1;
+constexpr uint32_t kMaxSamples = 0x7fff;
+constexpr uint64_t kSharedOnly = 1ull << 63;
+inline uint64_t ns_of(uint64_t v) noexcept { return v & kNsMask; }
+inline uint32_t samples_of(uint64_t v) noexcept { return static_cast<uint32_t>((v >> kNsBits) & kMaxSamples); }
+
+// Gated launches so far: which one in kSampleEvery is timed. A relaxed load and store, not an
+// atomic add (a locked instruction on every filler launch): two threads launching at once may
+// count one launch where they made two, which only moves which launch is timed.
+extern std::atomic<uint64_t> g_launches;
+inline uint64_t next_launch_ordinal() noexcept {
+  uint64_t n = g_launches.load(std::memory_order_relaxed);
+  g_launches.store(n + 1, std::memory_order_relaxed);
+  return n;
+}
+// A launch of a shape `v` (the table's value, or HandleMap::kAbsent) is timed while the shape is
+// learning, then when its ordinal `n` falls on one in kSampleEvery.
+inline bool timed_launch(uint64_t v, uint64_t n) noexcept {
+  return v == HandleMap::kAbsent || samples_of(v) < kLearnSamples || n % kSampleEvery == 0;
+}
+}  // namespace cost_detail
+
+// What a gated launch of a kernel shape is charged, and whether it is timed (then the caller
+// brackets it: cost_sample_claim() before, cost_sample_end() after).
+struct ShapeCharge {
+  uint64_t ns;
+  bool timed;
+};
+// Out of line: a shape not learned yet, or learning (fewer than kLearnSamples timings): polls
+// the samples, looks again, else guesses from `threads`.
+ShapeCharge kernel_charge_learning(uintptr_t key, uint64_t threads, uint64_t n) noexcept;
+inline ShapeCharge kernel_charge(uintptr_t key, uint64_t threads) noexcept {
+  using namespace cost_detail;
+  uint64_t n = next_launch_ordinal();
+  uint64_t v = kernel_costs().find(key);
+  if (__builtin_expect(v != HandleMap::kAbsent && samples_of(v) >= kLearnSamples, 1))
+    return {ns_of(v), n % kSampleEvery == 0};
+  return kernel_charge_learning(key, threads, n);
+}
+// A graph exec: its learned GPU time (0 when never timed: the caller charges its kernel nodes)
+// and whether this replay is timed. Never polls.
+ShapeCharge graph_charge(uintptr_t key) noexcept;
 
 // Learned GPU time of `key`, or 0 when it was never timed.
 uint64_t learned_cost_ns(uintptr_t key) noexcept;
@@ -44,9 +111,14 @@ uint64_t kernel_cost_ns(uintptr_t key, uint64_t threads) noexcept;
 // Timing one launch: begin() before the launch (returns a sample id, or -1 when this launch is
 // not sampled or no slot is free), end() after it. `threads` 0: a graph (no per-thread lesson).
 // `slot`: this process's slot in the GPU's segment (nullptr: no daemon, every timing taken as
-// made alone).
+// made alone). begin() counts the launch and decides as kernel_charge() does; claim() times a
+// launch kernel_charge() or graph_charge() said is timed.
 int cost_sample_begin(uintptr_t key, uint64_t threads, CUstream s, bool per_thread, const tandem_slot* slot) noexcept;
-void cost_sample_end(int sample, CUstream s, bool per_thread, bool launched) noexcept;
+int cost_sample_claim(uintptr_t key, uint64_t threads, CUstream s, bool per_thread, const tandem_slot* slot) noexcept;
+void cost_sample_finish(int sample, CUstream s, bool per_thread, bool launched) noexcept;
+inline void cost_sample_end(int sample, CUstream s, bool per_thread, bool launched) noexcept {
+  if (sample >= 0) cost_sample_finish(sample, s, per_thread, launched);
+}
 
 // Completed samples update the learned costs: the progress thread every tick, and a launch of
 // a shape not learned yet. One caller at a time; a second returns at once.

@@ -103,19 +103,21 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
   bool gated = managed && gated_launch(kind);
   int sample = -1;
   if (managed) {
-    uint64_t cost = 0;
+    ShapeCharge charge{0, false};
     uintptr_t key = 0;
     if (gated) {
+      // One probe of the shape's learned cost, which also says whether this launch is timed
+      // (kernel_cost.h: the fast path of a filler's launch).
       key = kernel_cost_key(f, d.blocks());
-      cost = kernel_cost_ns(key, d.threads());
-      g_last_cost_ns.store(cost, std::memory_order_relaxed);
+      charge = kernel_charge(key, d.threads());
+      g_last_cost_ns.store(charge.ns, std::memory_order_relaxed);
     }
-    before_managed_launch(kind, s, per_thread_stream, gated, cost);
+    before_managed_launch(kind, s, per_thread_stream, gated, charge.ns);
     if (kind == KernelKind::nccl && g_job_grouped) collective_take();
     // Training while a request runs: to a green context's stream (green_streams.h).
     s = green_launch_stream(s, per_thread_stream, kind != KernelKind::nccl);
     // After the gate: the timing starts when the kernel may run, not while it waits for tokens.
-    if (gated) sample = cost_sample_begin(key, d.threads(), s, per_thread_stream, current_slot());
+    if (__builtin_expect(charge.timed, 0)) sample = cost_sample_claim(key, d.threads(), s, per_thread_stream, current_slot());
   }
   CUresult r = call(s);
   cost_sample_end(sample, s, per_thread_stream, r == CUDA_SUCCESS);
@@ -159,16 +161,16 @@ inline CUresult launch_graph(Entry entry, CUgraphExec exec, CUstream s, bool per
   if (managed) {
     bool gated = gated_launch(KernelKind::compute);
     uintptr_t key = graph_cost_key(exec);
-    uint64_t cost = 0;
+    ShapeCharge charge{0, false};
     if (gated) {
-      cost = learned_cost_ns(key);
-      if (!cost) cost = std::max<uint64_t>(kernels, 1) * g_last_cost_ns.load(std::memory_order_relaxed);
+      charge = graph_charge(key);
+      if (!charge.ns) charge.ns = std::max<uint64_t>(kernels, 1) * g_last_cost_ns.load(std::memory_order_relaxed);
     }
-    before_managed_launch(KernelKind::compute, s, per_thread_stream, gated, cost);
+    before_managed_launch(KernelKind::compute, s, per_thread_stream, gated, charge.ns);
     // Whole, to where its stream's work is: a graph's kernels run in the context they were
     // captured in, so a green stream would not confine them (green_streams.h).
     s = green_launch_stream(s, per_thread_stream, false);
-    if (gated) sample = cost_sample_begin(key, 0, s, per_thread_stream, current_slot());
+    if (charge.timed) sample = cost_sample_claim(key, 0, s, per_thread_stream, current_slot());
   }
   CUresult r = call(s);
   cost_sample_end(sample, s, per_thread_stream, r == CUDA_SUCCESS);

@@ -24,4 +24,16 @@ CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
 CUresult cuEventCreate(CUevent* ev, unsigned int flags) { (void)flags; *ev = (CUevent)&g_dummy; return CUDA_SUCCESS; }
 CUresult cuEventRecord(CUevent ev, CUstream s) { (void)ev; (void)s; return CUDA_SUCCESS; }
 CUresult cuEventQuery(CUevent ev) { (void)ev; return CUDA_SUCCESS; }
+/* Timing events, so a filler's cost model learns its kernel shapes (kernel_cost.h) as it does on
+ * a GPU: without them every launch was a shape never timed (timed and polled at each launch),
+ * not the steady state of a filler whose shapes are known. Every kernel "takes" 2 us. */
+static CUresult elapsed_ms(float* ms, CUevent start, CUevent end) {
+  (void)start; (void)end;
+  *ms = 0.002f;
+  return CUDA_SUCCESS;
+}
+/* cuda.h may name cuEventElapsedTime_v2 as cuEventElapsedTime: both symbols, each once. */
+#undef cuEventElapsedTime
+CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) { return elapsed_ms(ms, start, end); }
+CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) { return elapsed_ms(ms, start, end); }
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) { (void)mode; return CUDA_SUCCESS; }

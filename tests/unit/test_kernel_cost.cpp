@@ -108,6 +108,49 @@ TEST_CASE("kernel cost: every launch of a new shape is timed, then one in 32") {
   CHECK(timed <= 12);
 }
 
+TEST_CASE("kernel cost: the launch path's one probe charges and samples as the model says") {
+  // kernel_charge() is the launch path's inline lookup: the cost kernel_cost_ns() says, and
+  // whether the launch is timed as cost_sample_begin() decides (learning, then one in 32).
+  FakeDriver driver;
+  int function = 0;
+  uintptr_t key = kernel_cost_key(&function, 8888);
+  uint64_t threads = 8888ull * 128;
+  ShapeCharge first = kernel_charge(key, threads);
+  CHECK(first.timed);
+  CHECK(first.ns == kernel_cost_ns(key, threads));  // the guess
+  // Learning: every launch timed, charged what it was learned at.
+  for (int i = 0; i < 4; ++i) {
+    ShapeCharge c = kernel_charge(key, threads);
+    REQUIRE(c.timed);
+    if (i > 0) CHECK(c.ns == 200000);
+    int sample = cost_sample_claim(key, threads, nullptr, false, nullptr);
+    REQUIRE(sample >= 0);
+    cost_sample_end(sample, nullptr, false, true);
+    FakeEvents::elapsed_ms = 0.2f;
+    poll_cost_samples();
+  }
+  // Learned: one launch in 32 is timed, every one charged the learned cost.
+  int timed = 0;
+  for (int i = 0; i < 320; ++i) {
+    ShapeCharge c = kernel_charge(key, threads);
+    CHECK(c.ns == 200000);
+    timed += c.timed;
+  }
+  CHECK(timed == 10);
+  // A shape whose timing just completed is charged it on its next launch, not guessed.
+  uintptr_t fresh = kernel_cost_key(&function, 8889);
+  int sample = cost_sample_claim(fresh, 8889 * 128, nullptr, false, nullptr);
+  REQUIRE(sample >= 0);
+  cost_sample_end(sample, nullptr, false, true);
+  FakeEvents::elapsed_ms = 0.05f;
+  CHECK(kernel_charge(fresh, 8889 * 128).ns == 50000);
+  // A graph never timed is charged nothing here (its caller charges its kernel nodes).
+  int exec = 0;
+  ShapeCharge graph = graph_charge(graph_cost_key(&exec));
+  CHECK(graph.ns == 0);
+  CHECK(graph.timed);
+}
+
 TEST_CASE("kernel cost: a framework's many small kernels do not inflate the per-thread estimate") {
   // The starvation this model replaces: small kernels cost a fixed few microseconds whatever
   // their threads, so taken as a per-thread rate they made every large kernel look tens of
