@@ -15,7 +15,9 @@
 #   memory), together with TANDEM_ZICO=1.
 # --workload pytorch: the same scenarios with real PyTorch programs (examples/pytorch/train.py
 #   and serve.py, from the project's venv) instead of train-sim and infer-sim
-#   (scripts/demo_pytorch.py).
+#   (scripts/demo_pytorch.py); its memory scenario runs train.py beside model_server.py on
+#   SIRIUS's four traces, six configurations each for 4 x S seconds, about 20 minutes
+#   (scripts/demo_memory_pytorch.py).
 # --workload vllm: vLLM (from .venv-vllm/) serving online requests beside LoRA-style finetuning
 #   under policy slo, time slicing and MPS (scenario slo), and as a batch filler beside
 #   finetuning under policy fill (scenario fill) (scripts/demo_vllm.py, docs/llm-serving.md).

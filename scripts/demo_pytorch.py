@@ -3,7 +3,7 @@
 examples/pytorch/train.py as the training job, examples/pytorch/serve.py as the inference
 server, on the real GPU or the simulated one (whichever demo.sh chose).
 
-usage: demo_pytorch.py BUILD_DIR OUT_DIR SECONDS fill|slo|all
+usage: demo_pytorch.py BUILD_DIR OUT_DIR SECONDS fill|slo|memory|all
 
 fill and slo: the two programs start once under libtandem.so and warm up (loading cuBLAS and
 cuDNN takes seconds of CPU, tens on a busy machine); then the configurations follow one
@@ -12,9 +12,9 @@ inference (training paused), Co-Exec (both, no tandemd: libtandem.so fails open 
 nothing, as if tandem were not there) and tandem (both, beside tandemd). A program's load is
 switched by its pause file (--pause-file), and figures are read from its per-step and
 per-request lines in each window (the harness of tests/e2e/torch_policy_e2e.py).
-The memory scenario is not offered with PyTorch yet: tandem's pool takes memory for online
-inference from training by lowering training's quota, and expects training to give it back
-(train-sim --elastic shrinks its batch); train.py cannot, and fails with out-of-memory.
+memory: train.py (its steps through tandem_microbatch's runner) beside model_server.py on SIRIUS's
+traces, Infer-only, Train-only, static 50/50 and 75/25, TaskSwitch and tandem's pool, 4 x SECONDS
+each (scripts/demo_memory_pytorch.py).
 """
 import json
 import os
@@ -24,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 from e2e_util import Env  # noqa: E402
 import torch_policy_e2e as harness  # noqa: E402
+import demo_memory_pytorch  # noqa: E402  (beside this file)
 
 
 def percentile(records, q):
@@ -124,10 +125,6 @@ def main():
     env = Env(build)
     # demo.sh chose the GPU: the simulated one is already on the library path when there is no real one.
     env.base = dict(os.environ, TANDEM_SOCKET=env.socket)
-    if scenario == "memory":
-        print("demo pytorch: the memory scenario needs an elastic training job (one that gives memory back when "
-              "tandemd lowers its quota); train.py is not one: run it with --workload sim", file=sys.stderr)
-        return 2
     if scenario == "zico":
         print("demo pytorch: the zico scenario sizes the simulated GPU's memory around train-sim's activations: "
               "run it with --workload sim", file=sys.stderr)
@@ -136,6 +133,9 @@ def main():
         if scenario in (name, "all"):
             print(f"\ndemo pytorch: scenario {name} (the programs warm up first)")
             run(env, seconds, out)
+    if scenario in ("memory", "all"):
+        print(f"\ndemo pytorch: scenario memory (SIRIUS's four traces, six configurations, {4 * seconds:g} s each)")
+        return demo_memory_pytorch.scenario(build, os.path.join(out, "memory-pytorch"), 4 * seconds)
     return 0
 
 

@@ -24,6 +24,7 @@ wrapped in DistributedDataParallel, whose gradient all-reduces are NCCL kernels.
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -154,7 +155,10 @@ def main() -> int:
     print(json.dumps({"ready": round(time.time(), 4), "warmup_s": round(warmup_s, 3)}), flush=True)
     start = time.monotonic()
     steps = 0
-    try:  # Ctrl-C (SIGINT) ends the timed part early, with the summary
+    # Ctrl-C (SIGINT) ends the timed part early, with the summary; also when started in the
+    # background by a shell or harness, which leaves SIGINT ignored (Python then never raises it).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
         while steps < args.steps if not args.seconds else time.monotonic() - start < args.seconds:
             if wait_while_paused(args.pause_file):
                 continue
