@@ -59,17 +59,7 @@ struct Table {
 Table* table() {
   static Table* t = [] {
     std::string name = settings().shm_prefix + "-collectives";
-    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
-    void* p = MAP_FAILED;
-    if (fd >= 0) {
-      struct stat st {};
-      if (fstat(fd, &st) == 0 && (st.st_size >= static_cast<off_t>(sizeof(Table)) || ftruncate(fd, sizeof(Table)) == 0))
-        p = mmap(nullptr, sizeof(Table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      close(fd);
-    }
-    auto* table = p == MAP_FAILED ? nullptr : static_cast<Table*>(p);
-    uint32_t expected = 0;
-    if (table && !table->magic.compare_exchange_strong(expected, kMagic) && expected != kMagic) table = nullptr;
+    auto* table = static_cast<Table*>(map_shared_segment(name, sizeof(Table), kMagic));
     if (!table) log(1, "shared memory %s unavailable: NCCL collectives do not wait for their peers", name.c_str());
     return table;
   }();

@@ -84,24 +84,9 @@ SharedGpu* shared_gpu(int device) {
   if (SharedGpu* mapped = segments[device].load()) return mapped;
   // The layout's version in the name: a segment an older build left behind is not misread.
   std::string name = settings().shm_prefix + "-dev" + std::to_string(device) + "-v2";
-  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
-  void* p = MAP_FAILED;
-  if (fd >= 0) {
-    struct stat st {};
-    // Growing only: a concurrent process may already use the segment; zero fill is a valid idle state.
-    if (fstat(fd, &st) == 0 && (st.st_size >= static_cast<off_t>(sizeof(SharedGpu)) || ftruncate(fd, sizeof(SharedGpu)) == 0))
-      p = mmap(nullptr, sizeof(SharedGpu), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-  }
-  SharedGpu* gpu = p == MAP_FAILED ? nullptr : static_cast<SharedGpu*>(p);
-  uint32_t expected = 0;
-  if (gpu && !gpu->magic.compare_exchange_strong(expected, kMagic) && expected != kMagic) {
-    log(1, "shared memory %s has an unknown layout: no contention with other processes", name.c_str());
-    gpu = nullptr;
-  }
+  auto* gpu = static_cast<SharedGpu*>(map_shared_segment(name, sizeof(SharedGpu), kMagic));
   if (!gpu) {
-    if (p == MAP_FAILED)
-      log(1, "shared memory %s unavailable (%s): no contention with other processes", name.c_str(), std::strerror(errno));
+    log(1, "shared memory %s unavailable or of an unknown layout: no contention with other processes", name.c_str());
     gpu = &g_private[device];
   }
   segments[device].store(gpu, std::memory_order_release);

@@ -306,6 +306,11 @@ void forget_communicators(CUdeviceptr base, size_t bytes);
 // The communicator whose device side is at `comm` as this process numbers those of its size:
 // its first N-rank communicator is 0, ... (ranks meet their communicators in the same order).
 uint64_t communicator_index(uint64_t comm, int n_ranks);
+// ---- shared segments (shared_segment.cpp) ----
+// The named shared-memory segment `name` (SIMGPU_SHM + a suffix), created or grown to `bytes`
+// and mapped; its first word, a std::atomic<uint32_t>, holds `magic` (written by the first
+// process). nullptr when it cannot be mapped or holds another layout.
+void* map_shared_segment(const std::string& name, size_t bytes, uint32_t magic);
 // ---- NCCL point-to-point (p2p.cpp) ----
 // One send and/or receive of an NCCL kernel (an ncclDevWorkP2p): to `send_rank` and from
 // `recv_rank` of the communicator whose device side is at `comm`, -1 for a direction the work
