@@ -48,7 +48,8 @@ MIB = 1 << 20
 
 
 class RateTrace:
-    """SIRIUS's rate traces as infer-sim draws them: one rate per interval, drawn as the run reaches it."""
+    """SIRIUS's rate traces (LIGHT and BURST as infer-sim draws them) and the synthetic maf: one
+    rate per interval, drawn as the run reaches it."""
 
     def __init__(self, kind, interval_s, seed, scale=1.0):
         self.kind, self.interval_s, self.rng, self.rates, self.scale = kind, interval_s, random.Random(seed), [], scale
@@ -346,8 +347,8 @@ def main():
             or (a.rate > 0) == bool(a.trace) or (a.seconds > 0) == (a.requests > 0) or a.slo_ms < 0
             or not 0 <= a.target_compliance < 1 or (a.target_compliance and not a.slo_ms)
             or (a.target_compliance and a.idle_ms is not None) or a.rate_scale <= 0):
-        ap.error("one of --rate / --trace and one of --seconds / --requests; sizes > 0; --target-compliance in "
-                 "(0, 1) needs --slo-ms and excludes --idle-ms")
+        ap.error("one of --rate / --trace and one of --seconds / --requests; sizes and --rate-scale > 0; "
+                 "--target-compliance in (0, 1) needs --slo-ms and excludes --idle-ms")
     if a.idle_ms is None and not a.target_compliance:
         a.idle_ms = float(os.environ.get("TANDEM_MEM_IDLE_MS", "30000"))
 
