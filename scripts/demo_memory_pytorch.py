@@ -62,7 +62,7 @@ CONFIGS = {
     "tandem": ("1G", "1G", True, False),
 }
 # GPU-bound steps: 40 ms of element-wise kernels, then a synchronization (--sleep-ms); a batch
-# of 640 needs about 850 MiB at k = 1.
+# of 640 peaks at about 490 MiB of tensors at k = 1 (torch.cuda.max_memory_allocated, alone).
 TRAIN = ["--seconds", "100000", "--replays", "0", "--batch", "640", "--dim", "128", "--micro-batches", "1",
          "--gpu-ms", "40", "--kernel-ms", "0.25", "--sleep-ms", "1", "--warmup-steps", "1", "--log-steps"]
 SERVER = ["--models", "6", "--model-mb", "96", "--interval-s", "2", "--slo-ms", str(SLO_MS), "--idle-ms", "1000",
