@@ -32,16 +32,23 @@ for segment in /dev/shm/simgpu-e2e-* /dev/shm/simgpu-fixture-*; do
 done
 if ! ctest --test-dir build --output-on-failure -j2 "$@"; then
   # A test labelled timing asserts a time ratio measured on this machine, where another
-  # program's burst can cost one run its bound: each that failed runs once more, alone. Any
-  # other failure, or a timing test failing twice, fails the run.
+  # program's burst, or the machine's own slower spells, can cost a run its bound: each that
+  # failed runs again alone, up to twice, and must pass once. Any other failure, or a timing
+  # test failing three times, fails the run.
   failed=$(cut -d: -f2 build/Testing/Temporary/LastTestsFailed.log)
   [ -n "$failed" ] || exit 1
   timing=$(ctest --test-dir build -N -L timing | sed -n 's/^ *Test *#[0-9]*: //p')
   for name in $failed; do
     grep -qx "$name" <<<"$timing" || { echo "test: $name failed" >&2; exit 1; }
   done
-  echo "test: timing tests failed once, running them again alone:" $failed >&2
-  ctest --test-dir build --output-on-failure -R "^($(tr '\n' '|' <<<"$failed" | sed 's/|$//'))\$"
+  for rerun in 1 2; do
+    echo "test: timing tests that failed, running them again alone (rerun $rerun of 2):" $failed >&2
+    if ctest --test-dir build --output-on-failure -R "^($(tr '\n' '|' <<<"$failed" | sed 's/|$//'))\$"; then
+      break
+    fi
+    [ $rerun -lt 2 ] || exit 1
+    failed=$(cut -d: -f2 build/Testing/Temporary/LastTestsFailed.log)
+  done
 fi
 if [ $# -eq 0 ] && [ "${TANDEM_TEST_SANITIZERS:-1}" != 0 ]; then
   scripts/sanitize.sh
