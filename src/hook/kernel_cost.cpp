@@ -100,15 +100,8 @@ uint64_t kernel_cost_ns(uintptr_t key, uint64_t threads) noexcept {
 }
 
 ShapeCharge kernel_charge_learning(uintptr_t key, uint64_t threads, uint64_t n) noexcept {
-  uint64_t v = kernel_costs().find(key);
-  if (v == HandleMap::kAbsent || !ns_of(v)) {
-    // As kernel_cost_ns: a timing that just finished may teach this shape before it is guessed.
-    poll_cost_samples();
-    v = kernel_costs().find(key);
-  }
-  if (v != HandleMap::kAbsent && ns_of(v)) return {ns_of(v), timed_launch(v, n)};
-  uint64_t guess = (threads * g_ns_per_thread_q10.load(std::memory_order_relaxed)) >> 10;
-  return {std::clamp(guess, kMinKernelCostNs, kMaxGuessNs), timed_launch(v, n)};
+  uint64_t ns = kernel_cost_ns(key, threads);  // may poll, and so teach the shape: look after it
+  return {ns, timed_launch(kernel_costs().find(key), n)};
 }
 
 ShapeCharge graph_charge(uintptr_t key) noexcept {
