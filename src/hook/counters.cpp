@@ -19,7 +19,7 @@ void reset_counters() noexcept {
                   &g_launch.nccl, &g_launch.capture_skipped, &g_memory.allocs, &g_memory.frees,
                   &g_memory.bytes_in_use, &g_memory.peak_bytes, &g_memory.quota_refusals,
                   &g_memory.pressure_calls, &g_memory.reported_release_bytes, &g_gate.waits, &g_gate.wait_ns,
-                  &g_gate.fail_open, &g_gate.daemon_links})
+                  &g_gate.fail_open, &g_gate.memory_owed_passes, &g_gate.daemon_links})
     c->store(0);
 }
 

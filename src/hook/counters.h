@@ -33,6 +33,7 @@ struct GateCounters {
   std::atomic<uint64_t> wait_ns;  // time they waited
   std::atomic<uint64_t> fail_open;     // waits ended by a stale daemon heartbeat
   std::atomic<uint64_t> inflight_fail_open;  // waits ended because no marker could cover the work in flight
+  std::atomic<uint64_t> memory_owed_passes;  // training launches let through to give memory back (gate.cpp)
   std::atomic<uint64_t> daemon_links;  // registrations with a daemon (1 unless it went away)
   std::atomic<uint64_t> collective_holds;    // a grouped rank's NCCL kernels held with its job's (job_ranks.h)
   std::atomic<uint64_t> collective_hold_ns;  // time they waited

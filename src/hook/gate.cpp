@@ -7,6 +7,7 @@
 #include "counters.h"
 #include "futex.h"
 #include "log.h"
+#include "memory_quota.h"
 #include "progress.h"
 #include "settings.h"
 
@@ -112,6 +113,15 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
     // completions are seen first (the progress thread wakes this wait).
     bool request_running = !open && shm && online_request_open(shm, now);
     bool full = queue_full(slot, page);
+    if (!open && !pays_in_full() && memory_owed()) {
+      // tandemd wants memory this training process holds live, and the program frees it at its
+      // next safe point (its memory-pressure callback told it: discard the running batch), which
+      // a held launch keeps it from reaching: the handover, and the request waiting for it,
+      // would wait for the hold (up to TANDEM_MEM_HANDOVER_MS). Let it go on until it has given
+      // the memory back (SIRIUS's instant adjustment needs the program to run).
+      count(gate_counters().memory_owed_passes);
+      break;
+    }
     if (!request_running && !full && (open || balance(slot, page) >= need)) {
       __atomic_fetch_add(&page->tokens_taken_ns, cost_ns, __ATOMIC_ACQ_REL);
       break;

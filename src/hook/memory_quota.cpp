@@ -46,6 +46,7 @@ void raise_peak(MemoryCounters& m, uint64_t now) noexcept {
 std::mutex g_pressure_mutex;  // the callback and its argument change together
 MemoryPressureFn g_pressure_fn = nullptr;
 void* g_pressure_user = nullptr;
+std::atomic<bool> g_pressure_set{false};  // g_pressure_fn != nullptr, for readers that take no lock
 uint64_t g_last_pressure_ns = 0;                   // progress thread only
 uint64_t g_last_pressure_quota = 0;                // the quota the callback was last told of
 constexpr uint64_t kPressureInterval = 100000000;  // 100 ms: time to release, no spamming
@@ -127,6 +128,13 @@ void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept {
   std::lock_guard<std::mutex> lock(g_pressure_mutex);
   g_pressure_fn = fn;
   g_pressure_user = user;
+  g_pressure_set.store(fn != nullptr, std::memory_order_release);
+}
+
+bool memory_owed() noexcept {
+  if (!g_pressure_set.load(std::memory_order_acquire)) return false;
+  uint64_t quota = memory_quota();
+  return quota && memory_counters().bytes_in_use.load(std::memory_order_relaxed) > quota;
 }
 
 void memory_quota_after_fork_child() noexcept {

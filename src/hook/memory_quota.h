@@ -44,6 +44,10 @@ void memory_quota_after_fork_child() noexcept;
 void memory_pressure_tick(uint64_t now_ns) noexcept;
 // True while the process has a memory-pressure callback (tandem_on_memory_pressure).
 bool memory_pressure_registered() noexcept;
+// True while the process has a memory-pressure callback and holds more than its quota: tandemd
+// lowered the quota and waits for live memory that the program frees at its next safe point.
+// Lock-free (the gate's wait asks it).
+bool memory_owed() noexcept;
 // Whether the callback is due: over the quota, and 100 ms since the last call (at `last_ns`,
 // told of `last_quota`) or the quota changed since.
 bool pressure_due(uint64_t now_ns, uint64_t quota, uint64_t used, uint64_t last_ns, uint64_t last_quota) noexcept;

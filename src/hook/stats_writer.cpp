@@ -72,6 +72,7 @@ std::string stats_json(const char* role) {
         {"wait_ns", gate_counters().wait_ns.load()},
         {"fail_open", gate_counters().fail_open.load()},
         {"inflight_fail_open", gate_counters().inflight_fail_open.load()},
+        {"memory_owed_passes", gate_counters().memory_owed_passes.load()},
         {"collective_holds", gate_counters().collective_holds.load()},
         {"collective_hold_ns", gate_counters().collective_hold_ns.load()}}},
       {"daemon", {{"links", gate_counters().daemon_links.load()}}},

@@ -7,15 +7,23 @@
            1 GiB quota through tandem's pool: inference's loads take memory from training,
            which shrinks its batch when asked (discarding the running batch) and regrows when
            inference releases its models (idle, at exit, or killed)
+  slo-handover  the same under policy slo, where an open online request holds training at its
+           gate: 8 requests (tests/e2e/online_load_client.py) each compute 20 ms, then need
+           64 MiB that only training's live memory can give. Training's held launches go on while
+           it owes tandemd memory, so it reaches the point where it discards its batch: tandemd's
+           handovers take at most 50 ms and every load is usable within 250 ms (held, training
+           gave nothing until tandemd took the request for stuck: handovers of about 380 ms)
 
-usage: elastic_e2e.py BUILD_DIR models|elastic
+usage: elastic_e2e.py BUILD_DIR models|elastic|slo-handover [KERNEL_IMAGE]
 """
+import json
 import os
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, finish  # noqa: E402
+from e2e_util import Env, check, finish, preload, wait_for  # noqa: E402
 
 
 def models(env):
@@ -59,8 +67,11 @@ def elastic(env):
             if during is None or slot["bytes_in_use"] < during["bytes_in_use"]:
                 during = slot
             time.sleep(0.1)
-        time.sleep(1.2)
-        after, _ = training_slot(env, train.pid)
+        # Then inference's models go idle and are released: training regrows (waited for, bounded).
+        def regrown():
+            slot, _ = training_slot(env, train.pid)
+            return slot if slot["bytes_in_use"] >= during["bytes_in_use"] + 256 * (1 << 20) else None
+        after = wait_for(regrown, 4) or training_slot(env, train.pid)[0]
         i = finish(infer)
         # tandemd restores training's quota when it reaps the exited process: wait for it, bounded.
         deadline = time.monotonic() + 1.5
@@ -70,6 +81,9 @@ def elastic(env):
             if exited["assigned_quota_bytes"] == 0 or time.monotonic() > deadline:
                 break
         # An inference process killed while it holds two models: its memory goes back to training.
+        # Training regrows first (one sample an iteration) until the models do not fit beside it,
+        # so that they come from it (a fixed wait was too short on a loaded machine).
+        wait_for(lambda: training_slot(env, train.pid)[0]["bytes_in_use"] >= 800 * (1 << 20), 10)
         crash = env.start("infer-sim", "--seconds", "30", "--models", "2", "--model-mb", "128", "--mem-mb", "0",
                           role="inference", **pool)
         time.sleep(1.5)
@@ -103,8 +117,53 @@ def elastic(env):
           f" MiB while it held its models, then {killed['assigned_quota_bytes']}: none)")
 
 
+def slo_handover(env, image):
+    pool = dict(TANDEM_MEM_POOL="1", TANDEM_MEM_CHUNK="32M", TANDEM_MEM_WATERMARK="", TANDEM_MEM_LIMIT="1G",
+                TANDEM_MEM_HANDOVER_MS="2000")
+    d = env.daemon(policy="slo", TANDEM_SLO_MS="50", **pool)
+    try:
+        # Long compute phases (50 kernels of 2 ms) with hardly a data-loading gap: a request
+        # nearly always comes while training computes, the phase in which it discards.
+        train = env.start("train-sim", "--seconds", "14", "--mem-mb", "64", "--sample-mb", "32", "--batch", "28",
+                          "--elastic", "--kernel-us", "2000", "--compute-kernels", "50", "--comm-us", "500",
+                          "--gap-us", "1000", role="training", **pool)
+        time.sleep(2)  # training fills the quota first
+        e = dict(env.base, LD_PRELOAD=preload(env.build), TANDEM_ROLE="inference",
+                 TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-%p.json"), **pool)
+        # Each load after 1.5 s: training regrows in between, and the inference process gives
+        # back what it freed (W = 0).
+        infer = env.popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                        "online_load_client.py"), image, "64", "8", "1000"],
+                          env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = infer.communicate(timeout=60)
+        check(infer.returncode == 0, f"the inference client exits 0 ({infer.returncode}): {err[-2000:]}")
+        loads = json.loads(out.strip().splitlines()[-1])
+        p = env.status()["gpus"][0]["pool"]
+        t = finish(train)
+        with open(os.path.join(env.tmp, f"stats-{train.pid}.json")) as f:
+            passes = json.load(f)["gate"]["memory_owed_passes"]
+    finally:
+        d.terminate()
+        d.wait()
+    print(f"training's launches let through while it owed memory: {passes}")
+    print(f"loads (request open to memory usable): {loads['loads_ms']} ms; failed {loads['failed']}; "
+          f"tandemd's handovers {p['handovers']}, last {p['handover_last_ms']:.1f} ms, max {p['handover_max_ms']:.1f} ms; "
+          f"training discarded {t['discards']} batches, shrank {t['shrinks']} times")
+    check(loads["failed"] == 0 and len(loads["loads_ms"]) == 8, "every load got its memory")
+    check(t["discards"] >= 1 and p["handovers"] >= 1,
+          f"the memory came from training's live batch ({t['discards']} discards, {p['handovers']} handovers)")
+    check(passes >= 1 and p["handover_max_ms"] <= 50,
+          f"training's held launches went on while it owed memory ({passes}), and tandemd's handovers took at most "
+          f"50 ms ({p['handover_max_ms']:.1f} ms; held, about 380 ms: until the request counted as stuck)")
+    check(max(loads["loads_ms"]) <= 250,
+          f"every load was usable within 250 ms of its request's start ({max(loads['loads_ms'])} ms): the held "
+          "training process went on to the point where it discards")
+
+
 def main():
     build, case = sys.argv[1], sys.argv[2]
+    if case == "slo-handover":
+        return slo_handover(Env(build), sys.argv[3])
     {"models": models, "elastic": elastic}[case](Env(build))
     print(f"elastic e2e {case}: ok")
 
