@@ -13,24 +13,10 @@ image, root = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(root, "examples", "pytorch"))
 import tandem_torch  # noqa: E402
 
-cuda = ctypes.CDLL("libcuda.so.1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from driver_client import Spin, ck, cuda  # noqa: E402
 
-
-def ck(result, what):
-    if result != 0:
-        sys.exit(f"{what} returned {result}")
-
-
-ck(cuda.cuInit(0), "cuInit")
-ctx, module, function = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-ck(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "cuDevicePrimaryCtxRetain")
-ck(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-ck(cuda.cuModuleLoad(ctypes.byref(module), image.encode()), "cuModuleLoad")
-ck(cuda.cuModuleGetFunction(ctypes.byref(function), module, b"spin_kernel"), "cuModuleGetFunction")
-ns = ctypes.c_ulonglong(1000)
-args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(ns), ctypes.c_void_p))
-ck(cuda.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, None, args, None), "cuLaunchKernel")
-ck(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+Spin(image).run(1000)  # registered work
 
 cache = ctypes.c_uint64()
 CACHE = 48 << 20
