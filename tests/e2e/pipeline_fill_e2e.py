@@ -190,7 +190,7 @@ def gpu_view(samples):
 
 def main():
     build, schedule = sys.argv[1], sys.argv[2]
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     require_torch()
     env = Env(build)
     t0 = time.monotonic()
