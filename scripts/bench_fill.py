@@ -8,7 +8,8 @@ Co-Exec time slicing, Co-Exec MPS, tandem; with --real the GPU as it is set up, 
 scripts/bench_fill_pytorch.py.
 --workload pipeline: pipeline-parallel training (examples/pytorch/pipeline.py, --stages N, 2
 unless given, --schedule gpipe|1f1b, GPipe unless given) with a PyTorch batch filler on each
-stage's GPU: Exclusive, Co-Exec, tandem (scripts/bench_fill_pipeline.py), --rounds R (2).
+stage's GPU: Exclusive, Co-Exec, tandem (scripts/bench_fill_pipeline.py), --rounds R (2); only
+2 stages have been measured.
 usage: scripts/bench_fill.py [BUILD_DIR] [--seconds S] [--real] [--workload sim|pytorch|pipeline]
                              [--stages N] [--schedule gpipe|1f1b] [--rounds R]"""
 import json
