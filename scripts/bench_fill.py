@@ -6,7 +6,12 @@ time from a bubble's detection to the first token grant. Prints JSON lines.
 venv, or TANDEM_TEST_PYTHON) instead of train-sim and infer-sim, per configuration (Exclusive,
 Co-Exec time slicing, Co-Exec MPS, tandem; with --real the GPU as it is set up, no MPS row):
 scripts/bench_fill_pytorch.py.
-usage: scripts/bench_fill.py [BUILD_DIR] [--seconds S] [--real] [--workload sim|pytorch]"""
+--workload pipeline: pipeline-parallel training (examples/pytorch/pipeline.py, --stages N, 2
+unless given, --schedule gpipe|1f1b, GPipe unless given) with a PyTorch batch filler on each
+stage's GPU: Exclusive, Co-Exec, tandem (scripts/bench_fill_pipeline.py), --rounds R (2); only
+2 stages have been measured.
+usage: scripts/bench_fill.py [BUILD_DIR] [--seconds S] [--real] [--workload sim|pytorch|pipeline]
+                             [--stages N] [--schedule gpipe|1f1b] [--rounds R]"""
 import json
 import os
 import subprocess
@@ -23,8 +28,18 @@ def main():
     args = sys.argv[1:]
     build = args[0] if args and not args[0].startswith("--") else "build"
     workload = args[args.index("--workload") + 1] if "--workload" in args else "sim"
-    if workload not in ("sim", "pytorch"):
-        sys.exit(f"bench_fill: unknown workload '{workload}' (sim or pytorch)")
+    if workload not in ("sim", "pytorch", "pipeline"):
+        sys.exit(f"bench_fill: unknown workload '{workload}' (sim, pytorch or pipeline)")
+    if workload == "pipeline":
+        if "--real" in args:
+            sys.exit("bench_fill: --workload pipeline runs on the simulated GPUs only")
+        import bench_fill_pipeline
+        option = lambda name, default: args[args.index(name) + 1] if name in args else default
+        schedule = option("--schedule", "gpipe")
+        if schedule not in ("gpipe", "1f1b"):
+            sys.exit(f"bench_fill: unknown schedule '{schedule}' (gpipe or 1f1b)")
+        return bench_fill_pipeline.main(os.path.abspath(build), float(option("--seconds", "6")), schedule=schedule,
+                                        stages=int(option("--stages", "2")), rounds=int(option("--rounds", "2")))
     if workload == "pytorch":
         import bench_fill_pytorch
         return bench_fill_pytorch.main(os.path.abspath(build), float(args[args.index("--seconds") + 1])
