@@ -111,7 +111,7 @@ CUresult allocate_device(CUdeviceptr* p, size_t bytes, const char* api) { return
 CUresult release_device(CUdeviceptr p) { return release(p); }
 
 CUresult reserve_graph_address(CUdeviceptr* p, size_t bytes) {
-  if (should_fail("cuMemAllocAsync")) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (should_fail("cuGraphAddMemAllocNode")) return CUDA_ERROR_OUT_OF_MEMORY;  // as before, for captures too
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
