@@ -50,7 +50,7 @@ void flatten_graph(const Graph* g, GraphExec& out) {
         for (const Graph* b : run) flatten_graph(b, out);
         break;
       }
-      // Graph memory stays allocated while the graph exists (graph_memory.cpp): nothing to run.
+      // Graph memory is mapped at the first launch (graph_memory.cpp): nothing to run.
       case CU_GRAPH_NODE_TYPE_MEM_ALLOC: out.allocations.push_back(n->allocation); break;
       case CU_GRAPH_NODE_TYPE_MEM_FREE:
       case CU_GRAPH_NODE_TYPE_EMPTY: break;
@@ -341,6 +341,15 @@ SIM_API CUresult cuGraphInstantiate_v2(CUgraphExec* e, CUgraph g, CUgraphNode* e
 }
 static CUresult instantiate_params(CUgraphExec* e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
   CUresult r = instantiate(e, g);
+  // CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: uploaded at once, its graph memory mapped.
+  if (r == CUDA_SUCCESS && p && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)) {
+    r = map_graph_memory(*as_exec(*e));
+    if (r != CUDA_SUCCESS) {
+      release_user_objects(as_exec(*e));  // capture_dependencies.cpp
+      delete as_exec(*e);
+      *e = nullptr;
+    }
+  }
   if (p) p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
   return r;
 }
@@ -354,6 +363,7 @@ SIM_API CUresult cuGraphExecDestroy(CUgraphExec e) {
   GraphExec* exec = as_exec(e);
   if (!exec) return CUDA_ERROR_INVALID_VALUE;
   release_user_objects(exec);  // capture_dependencies.cpp
+  unmap_graph_memory(*exec);
   exec->magic = 0;
   delete exec;
   return CUDA_SUCCESS;
@@ -365,6 +375,7 @@ SIM_API CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdat
   GraphExec updated;
   flatten_graph(graph, updated);
   exec->ops = std::move(updated.ops);
+  unmap_graph_memory(*exec);  // mapped again, for the new allocations, at the next launch
   exec->allocations = std::move(updated.allocations);
   if (info) info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
   return CUDA_SUCCESS;
@@ -382,6 +393,9 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool per_thread) {
   // here, as a launch that would fault, rather than left to crash the process.
   for (const Op& op : exec->ops)
     if (!device_operands_valid(op)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+  // Its graph memory gets physical memory now, unless mapped already (graph_memory.cpp).
+  if (!s->capture)
+    if (CUresult r = map_graph_memory(*exec); r != CUDA_SUCCESS) return r;
   for (Op op : exec->ops) {
     if (op.kind == Op::kernel)
       op.launch.sm_limit = static_cast<unsigned>(kernel_sm_limit(current_context(), nullptr, op.launch.green));
@@ -400,5 +414,6 @@ SIM_API CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) {
 }
 SIM_API CUresult cuGraphUpload(CUgraphExec e, CUstream s) {
   (void)s;
-  return as_exec(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  GraphExec* exec = as_exec(e);
+  return exec ? map_graph_memory(*exec) : CUDA_ERROR_INVALID_VALUE;  // its graph memory mapped now
 }

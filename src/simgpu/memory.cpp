@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "sim.h"
 
@@ -18,6 +19,9 @@ uint64_t g_used = 0;
 // context's when it was made) and this process's bytes on each device.
 std::map<uint64_t, int>* g_alloc_device = new std::map<uint64_t, int>();  // never destroyed
 uint64_t g_used_on[16];
+// Graph allocations' addresses (reserve_graph_address): in the table, so that copies and
+// memsets naming them are valid, but not counted; their graph's launch counts them.
+std::set<uint64_t>* g_uncounted = new std::set<uint64_t>();  // never destroyed
 
 int allocating_device() {
   Context* c = current_context();
@@ -62,7 +66,7 @@ CUresult release(CUdeviceptr p) {
   munmap(reinterpret_cast<void*>(p), it->second);
   forget_shared_allocation(p);  // ipc.cpp: an exported allocation's memfd
   forget_communicators(p, it->second);  // collectives.cpp
-  g_used -= it->second;
+  if (!g_uncounted->erase(p)) g_used -= it->second;
   if (auto d = g_alloc_device->find(p); d != g_alloc_device->end()) {
     publish_memory_use(d->second, g_used_on[d->second] -= it->second);
     g_alloc_device->erase(d);
@@ -105,6 +109,35 @@ CUresult set(CUdeviceptr dst, uint32_t value, size_t elem, size_t count, CUstrea
 
 CUresult allocate_device(CUdeviceptr* p, size_t bytes, const char* api) { return allocate(p, bytes, api); }
 CUresult release_device(CUdeviceptr p) { return release(p); }
+
+CUresult reserve_graph_address(CUdeviceptr* p, size_t bytes) {
+  if (should_fail("cuGraphAddMemAllocNode")) return CUDA_ERROR_OUT_OF_MEMORY;  // as before, for captures too
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  (*g_allocs)[reinterpret_cast<uint64_t>(m)] = bytes;
+  g_uncounted->insert(reinterpret_cast<uint64_t>(m));
+  *p = reinterpret_cast<CUdeviceptr>(m);
+  return CUDA_SUCCESS;
+}
+
+bool charge_device_memory(int device, uint64_t bytes) {
+  if (device < 0 || device >= 16) return false;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_used + bytes > settings().mem_bytes) return false;
+  if (settings().mem_shared && !room_on_gpu(device, bytes)) return false;
+  g_used += bytes;
+  publish_memory_use(device, g_used_on[device] += bytes);
+  return true;
+}
+
+void uncharge_device_memory(int device, uint64_t bytes) {
+  if (device < 0 || device >= 16) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_used -= bytes;
+  publish_memory_use(device, g_used_on[device] -= bytes);
+}
 
 bool charge_vmm(int device, uint64_t bytes, bool check) {
   if (!settings().mem_shared || device < 0 || device >= 16) return true;

@@ -357,6 +357,9 @@ struct GraphExec {
   uint32_t magic = 0x47455845;
   std::vector<Op> ops;  // flattened, in insertion order (a valid topological order)
   std::vector<std::shared_ptr<GraphAllocation>> allocations;  // graph memory its ops use
+  // The physical memory its first launch or upload mapped for `allocations` (graph_memory.cpp),
+  // per device; given back when it is destroyed or updated.
+  std::vector<std::pair<int, uint64_t>> mapped;
 };
 // Appends `ops` (and the allocations they use) for graph `g`, child graphs and conditional
 // bodies expanded (graph.cpp).
@@ -367,10 +370,15 @@ Graph* as_graph(CUgraph g);
 GraphNode* as_graph_node(CUgraphNode n);
 // Adds `node` to the graph `s` is capturing into (under the capture lock).
 GraphNode* append_captured_node(Stream* s, std::unique_ptr<GraphNode> node);
-// Graph memory (graph_memory.cpp). An alloc node's memory is allocated when the node is made
-// and stays at its address while a graph or executable graph holds it, so every launch finds
-// it there; frees of it (free nodes, cuMemFree[Async] after a launch) release nothing.
+// Graph memory (graph_memory.cpp). An alloc node's address is reserved when the node is made
+// (a capture's cuMemAllocAsync included) and stays while a graph or executable graph holds it,
+// so every launch finds it there; its physical memory counts from the executable graph's first
+// launch or upload until it is destroyed, as a GPU maps it then. Frees of it (free nodes,
+// cuMemFree[Async] after a launch) release nothing.
 bool is_graph_allocation(CUdeviceptr p);
+// Counts `e`'s graph memory if not yet counted: CUDA_ERROR_OUT_OF_MEMORY when it does not fit.
+CUresult map_graph_memory(GraphExec& e);
+void unmap_graph_memory(GraphExec& e);
 CUresult graph_allocate(const CUDA_MEM_ALLOC_NODE_PARAMS& params, std::unique_ptr<GraphNode>* node);
 CUresult graph_free_node(CUdeviceptr p, std::unique_ptr<GraphNode>* node);
 // Conditional nodes (graph_nodes.cpp): the body graphs a launch runs, chosen by the handle's
@@ -397,6 +405,12 @@ bool valid_device_range(CUdeviceptr p, size_t bytes);
 // cuMemAlloc's allocation and release (accounted, validated), for the other families.
 CUresult allocate_device(CUdeviceptr* p, size_t bytes, const char* api);
 CUresult release_device(CUdeviceptr p);
+// A graph allocation's address (graph_memory.cpp): valid for copies and memsets, counted by
+// nobody; what its graph's launch maps is counted by charge_device_memory, both budgets
+// (this process's and, under SIMGPU_MEM_SHARED, the GPU's). False: no room, nothing counted.
+CUresult reserve_graph_address(CUdeviceptr* p, size_t bytes);
+bool charge_device_memory(int device, uint64_t bytes);
+void uncharge_device_memory(int device, uint64_t bytes);
 // Device memory outside the program's accounting (module globals): no failure injection, no
 // limit, never freed by the program. 0 when the host has no memory.
 CUdeviceptr allocate_untracked(size_t bytes);

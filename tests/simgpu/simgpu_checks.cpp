@@ -3,9 +3,11 @@
 // with a process in a PID namespace of its own, as in a container) and its hand-over when a
 // process's kernels on several streams finish together.
 // Also SM limits under MPS (an active thread percentage, an execution affinity) and that a
-// GPU without MPS has none.
+// GPU without MPS has none. Graph memory: a capture's allocation takes an address, and the
+// GPU's memory only from the graph's launch (run with a GPU of 64 MiB).
 // Usage: simgpu_checks FATBIN CHECK   (CHECK: spin | names | capture | fail | vmm | contention |
-//                                      contention_pidns | release | sm_limit | no_sm_limit)
+//                                      contention_pidns | release | sm_limit | no_sm_limit |
+//                                      graph_memory)
 #include <cuda.h>
 #include <poll.h>
 #include <sched.h>
@@ -129,6 +131,67 @@ int main(int argc, char** argv) {
     CHECK(beside_capture(true, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, query) == fine);
     CHECK(beside_capture(false, CU_STREAM_CAPTURE_MODE_RELAXED, query) == fine);
     CHECK(beside_capture(true, CU_STREAM_CAPTURE_MODE_RELAXED, sync) == fine);
+  } else if (check == "graph_memory") {
+    // As on a GPU (CUDA Programming Guide, "Graph Memory Nodes": a graph allocation's address is
+    // assigned when its node is made, its lifetime begins when the GPU reaches the node): with
+    // 16 MiB left, a capture allocates 32 MiB, which takes no memory until a launch maps it.
+    const size_t mib = 1 << 20;
+    auto free_mib = [&] {
+      size_t free_bytes = 0, total = 0;
+      CK(cuMemGetInfo(&free_bytes, &total));
+      CHECK(total == 64 * mib);
+      return free_bytes / mib;
+    };
+    auto graph_mib = [](CUgraphMem_attribute attr) {
+      cuuint64_t v = 1;
+      CK(cuDeviceGetGraphMemAttribute(0, attr, &v));
+      return v / (1 << 20);
+    };
+    CUdeviceptr peak;
+    CK(cuMemAlloc(&peak, 48 * mib));  // another user at its peak
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    static unsigned char out[16];
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUdeviceptr d = 0;
+    CK(cuMemAllocAsync(&d, 32 * mib, s));  // was CUDA_ERROR_OUT_OF_MEMORY: counted at capture
+    CK(cuMemsetD8Async(d, 0x5a, 32 * mib, s));
+    CK(cuMemcpyDtoHAsync(out, d + 32 * mib - sizeof out, sizeof out, s));
+    CK(cuMemFreeAsync(d, s));
+    CUgraph g;
+    CK(cuStreamEndCapture(s, &g));
+    CUgraphExec exec;
+    CK(cuGraphInstantiate(&exec, g, 0));
+    CHECK(free_mib() == 16 && graph_mib(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == 0);
+    // Launched without room: the launch fails, nothing runs and nothing is counted.
+    CHECK(cuGraphLaunch(exec, s) == CUDA_ERROR_OUT_OF_MEMORY);
+    CK(cuStreamSynchronize(s));
+    CHECK(out[0] == 0 && free_mib() == 16 && graph_mib(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) == 0);
+    // With room: mapped at the launch and kept for the next ones, until the graph goes.
+    CK(cuMemFree(peak));
+    for (int round = 0; round < 2; ++round) {
+      CK(cuGraphLaunch(exec, s));
+      CK(cuStreamSynchronize(s));
+      CHECK(out[0] == 0x5a && out[15] == 0x5a);
+      CHECK(free_mib() == 32 && graph_mib(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == 32);
+    }
+    CHECK(cuMemAlloc(&peak, 48 * mib) == CUDA_ERROR_OUT_OF_MEMORY);  // the graph holds its 32 MiB
+    CK(cuGraphExecDestroy(exec));
+    CHECK(free_mib() == 64 && graph_mib(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == 0);
+    CHECK(graph_mib(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH) == 32);
+    // cuGraphUpload maps it before any launch, as CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD does.
+    CK(cuGraphInstantiate(&exec, g, 0));
+    CK(cuGraphUpload(exec, s));
+    CHECK(free_mib() == 32);
+    CK(cuGraphExecDestroy(exec));
+    CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+    params.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    params.hUploadStream = s;
+    CK(cuGraphInstantiateWithParams(&exec, g, &params));
+    CHECK(free_mib() == 32);
+    CK(cuGraphExecDestroy(exec));
+    CK(cuGraphDestroy(g));
+    CHECK(free_mib() == 64);
   } else if (check == "fail") {
     // Run with SIMGPU_FAIL=cuMemAlloc:2,cuLaunchKernel:3
     CUdeviceptr p;
