@@ -5,8 +5,9 @@ one simulated GPU each, all TANDEM_ROLE=training, and examples/pytorch/serve.py 
 filler (closed loop, 2 ms of GPU work a request) on each GPU. The harness is
 tests/e2e/pipeline_fill_e2e.py's: the fillers alone first (their Exclusive rate), then per
 round Exclusive (fillers paused, no tandemd), Co-Exec (time slicing, no tandemd), tandem
-(policy fill, TANDEM_FILL_COMM=1: the receives' waits filled) and tandem with
-TANDEM_FILL_COMM=0 (the default, which holds fillers while a receive is in flight).
+(policy fill, the default settings: the receives' waits filled as ordinary bubbles) and tandem
+with TANDEM_FILL_COMM=1 (before point-to-point kernels were told from collectives, the only way
+to fill them; it now concerns collectives only).
 
 One JSON line per configuration and round: training_retained (stage 0's steps/s over
 Exclusive's of the same round), filler_share (each filler's requests/s over its Exclusive
@@ -14,7 +15,7 @@ rate), bubble_use (the fillers' summed share over the stages' summed idle share,
 a step's GPU work), and under tandem first_grant (per GPU, from a 2 s tandemctl trace: the time
 from a bubble's start to its first grant, p50 and max, and how many bubbles had one) and
 tandemd (per GPU, from tandemctl status samples: bubbles seen, samples in a bubble, in a grant
-phase, with a receive in flight, and the fill phases then).
+phase, with a collective in flight, with only a receive in flight, and the fill phases then).
 """
 import contextlib
 import os

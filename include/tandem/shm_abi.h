@@ -168,7 +168,15 @@ struct tandem_client_page {
                                  holds beyond this, unless memory_elastic */
   uint32_t memory_elastic;    /* 1: it registered a memory-pressure callback (it frees on request),
                                  so its quota may be cut below its working set */
-  uint8_t reserved[44];
+  uint32_t reserved_align;
+  /* Of nccl_markers_recorded/completed, those behind point-to-point kernels only (NCCL's
+     SendRecv: a pipeline stage's receive waiting for its peer), no collective since the NCCL
+     marker before. tandemd treats a bubble in which only these are pending as an ordinary one,
+     whatever TANDEM_FILL_COMM says. Added in the reserved bytes (zero in an older client: every
+     NCCL marker a collective's, as before), layout version unchanged. */
+  uint64_t p2p_markers_recorded;
+  uint64_t p2p_markers_completed;
+  uint8_t reserved[24];
 };
 
 struct tandem_shm_header {

@@ -361,6 +361,7 @@ std::string Server::status_json() const {
                     {"phase", g->gpu_phase() == GpuPhase::bubble ? "bubble" : "busy"},
                     {"fill_phase", FillPolicy::phase_name(g->fill_phase())},
                     {"communicating", g->communicating()},
+                    {"receiving", g->receiving()},
                     {"bubbles", d.bubbles()},
                     {"mean_bubble_ms", static_cast<double>(d.mean_bubble_ns()) / 1e6},
                     {"mean_busy_ms", static_cast<double>(d.mean_busy_ns()) / 1e6},

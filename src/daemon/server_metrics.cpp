@@ -195,7 +195,7 @@ std::string Server::metrics_text() const {
             [](const GpuScheduler& g) { return static_cast<double>(g.detector().longest_bubble_ns()) * kNs; });
   gpu_gauge("tandem_gpu_busy_mean_seconds", Type::gauge, "Training's mean busy phase (moving average).",
             [](const GpuScheduler& g) { return static_cast<double>(g.detector().mean_busy_ns()) * kNs; });
-  gpu_gauge("tandem_gpu_communicating", Type::gauge, "1 while training's collectives (NCCL kernels) run.",
+  gpu_gauge("tandem_gpu_communicating", Type::gauge, "1 while training's collectives (NCCL kernels other than point-to-point) run.",
             [](const GpuScheduler& g) { return g.communicating() ? 1.0 : 0.0; });
   gpu_gauge("tandem_gpu_admission_refusals", Type::gauge,
             "Colocations the admission checks refuse now (summed peak memory over the GPU, a request longer than any bubble).",

@@ -31,7 +31,7 @@ void count_nodes(CUgraph graph, NodeCount& n, int depth) noexcept {
       CUDA_KERNEL_NODE_PARAMS params{};
       if (g_real.cuGraphKernelNodeGetParams_v2(nodes[i], &params) == CUDA_SUCCESS) {
         CUfunction f = params.func ? params.func : reinterpret_cast<CUfunction>(params.kern);
-        if (f && kernel_kind(f) == KernelKind::nccl) ++n.nccl;
+        if (f && is_nccl(kernel_kind(f))) ++n.nccl;
       }
     } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
       CUgraph child = nullptr;

@@ -14,6 +14,10 @@ bool is_nccl_kernel_name(const char* name) noexcept {
          std::strstr(name, "ncclSymkDevKernel_");
 }
 
+bool is_nccl_p2p_kernel_name(const char* name) noexcept {
+  return is_nccl_kernel_name(name) && std::strstr(name, "_SendRecv");
+}
+
 namespace {
 
 KernelKind resolve_kind(CUfunction f) noexcept {
@@ -23,9 +27,11 @@ KernelKind resolve_kind(CUfunction f) noexcept {
     name = nullptr;
     if (g_real.cuKernelGetName(&name, reinterpret_cast<CUkernel>(f)) != CUDA_SUCCESS) name = nullptr;
   }
-  KernelKind kind = is_nccl_kernel_name(name) ? KernelKind::nccl : KernelKind::compute;
+  KernelKind kind = is_nccl_p2p_kernel_name(name) ? KernelKind::nccl_p2p
+                    : is_nccl_kernel_name(name)   ? KernelKind::nccl
+                                                  : KernelKind::compute;
   TANDEM_LOG_DEBUG("kernel {} = {} ({})", static_cast<const void*>(f), name ? name : "<unnamed>",
-                   kind == KernelKind::nccl ? "nccl" : "compute");
+                   kind == KernelKind::nccl_p2p ? "nccl p2p" : kind == KernelKind::nccl ? "nccl" : "compute");
   return kind;
 }
 

@@ -42,7 +42,7 @@ inline bool gate_shut() noexcept {
 // all of them together delays the step, as holding its compute does.
 inline bool gated_launch(KernelKind kind) noexcept {
   if (g_role == TANDEM_ROLE_BATCH_INFERENCE) return true;
-  return g_role == TANDEM_ROLE_TRAINING && (kind != KernelKind::nccl || g_job_local) && gate_shut();
+  return g_role == TANDEM_ROLE_TRAINING && (!is_nccl(kind) || g_job_local) && gate_shut();
 }
 
 inline bool bounded_inflight() noexcept {
@@ -62,7 +62,7 @@ inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, 
   if (gated) gate_take(cost, s, per_thread);
   if (g_role == TANDEM_ROLE_INFERENCE) {
     request_launch();
-  } else if (g_role == TANDEM_ROLE_TRAINING && kind == KernelKind::nccl &&
+  } else if (g_role == TANDEM_ROLE_TRAINING && is_nccl(kind) &&
              g_notes.work_since_marker.load(std::memory_order_relaxed)) {
     record_marker_before_collective(green_op_stream(s, per_thread), per_thread);  // where the stream's work is
   }
@@ -71,7 +71,7 @@ inline void before_managed_launch(KernelKind kind, CUstream s, bool per_thread, 
 inline void after_managed_launch(KernelKind kind, CUstream s, bool per_thread, uint64_t kernels) noexcept {
   if (!current_slot()) return;
   tandem_client_page* page = current_page();
-  bool nccl = kind == KernelKind::nccl;
+  bool nccl = is_nccl(kind);
   if (!nccl && collective_ahead_of(s, per_thread))
     note_queued_launches(kernels);  // behind a collective: busy once it is over (collective_waits.h)
   else
@@ -82,6 +82,9 @@ inline void after_managed_launch(KernelKind kind, CUstream s, bool per_thread, u
     g_notes.nccl_stream.store(s, std::memory_order_relaxed);
     g_notes.nccl_per_thread.store(per_thread, std::memory_order_relaxed);
     g_notes.nccl_since_marker.store(true, std::memory_order_relaxed);
+    // A collective's NCCL marker tells tandemd a collective is in flight; one behind only
+    // point-to-point kernels (a receive waiting for its peer) is an ordinary bubble's.
+    if (kind == KernelKind::nccl) g_notes.collective_since_marker.store(true, std::memory_order_relaxed);
   } else {
     g_notes.last_stream.store(s, std::memory_order_relaxed);
     g_notes.last_per_thread.store(per_thread, std::memory_order_relaxed);
@@ -113,9 +116,9 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
       g_last_cost_ns.store(charge.ns, std::memory_order_relaxed);
     }
     before_managed_launch(kind, s, per_thread_stream, gated, charge.ns);
-    if (kind == KernelKind::nccl && g_job_grouped) collective_take();
+    if (is_nccl(kind) && g_job_grouped) collective_take();
     // Training while a request runs: to a green context's stream (green_streams.h).
-    s = green_launch_stream(s, per_thread_stream, kind != KernelKind::nccl);
+    s = green_launch_stream(s, per_thread_stream, !is_nccl(kind));
     // After the gate: the timing starts when the kernel may run, not while it waits for tokens.
     if (__builtin_expect(charge.timed, 0)) sample = cost_sample_claim(key, d.threads(), s, per_thread_stream, current_slot());
   }
@@ -123,8 +126,8 @@ inline CUresult launch_kernel(Entry entry, CUfunction f, CUstream s, bool per_th
   cost_sample_end(sample, s, per_thread_stream, r == CUDA_SUCCESS);
   if (__builtin_expect(r == CUDA_SUCCESS, 1)) {
     count(c.by_entry[static_cast<size_t>(entry)]);
-    if (kind == KernelKind::nccl) count(c.nccl);
-    if (kind == KernelKind::nccl && g_job_grouped) collective_launched();
+    if (is_nccl(kind)) count(c.nccl);
+    if (is_nccl(kind) && g_job_grouped) collective_launched();
     if (managed) after_managed_launch(kind, s, per_thread_stream, 1);
     if (g_role == TANDEM_ROLE_INFERENCE) note_request_blocks(d.blocks());
     // A kernel of a filler whose in-flight work is bounded (its gate shut: beside training, or

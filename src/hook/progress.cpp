@@ -48,6 +48,7 @@ struct Marker {
   uint64_t issued_ns = 0;   // the slot's issued_ns when recorded: the work it covers
   uint64_t recorded_at = 0;
   bool nccl = false;  // behind an NCCL kernel: tells when the collective is over
+  bool p2p = false;   // nccl, behind point-to-point kernels only (no collective since the last)
   uint64_t collectives = 0;  // nccl: the NCCL kernels issued when it was recorded
   // Not nccl: the collective its stream waits for (collective_waits.h); it is counted recorded
   // once that collective is over (0: counted when recorded).
@@ -102,22 +103,31 @@ bool try_record(CUstream s, bool per_thread, bool nccl = false) {
   // looked in flight for good (a gated launch then waited until its gate opened).
   std::atomic<bool>& pending = nccl ? g_notes.nccl_since_marker : g_notes.work_since_marker;
   pending.store(false, std::memory_order_seq_cst);
+  // Likewise whether a collective is behind it (a collective launched meanwhile sets it again:
+  // the next NCCL marker is a collective's).
+  const bool collective = nccl && g_notes.collective_since_marker.exchange(false, std::memory_order_seq_cst);
   CUresult r = per_thread ? g_real.cuEventRecord_ptsz(m.event, s) : g_real.cuEventRecord(m.event, s);
   if (r != CUDA_SUCCESS) {
     pending.store(true, std::memory_order_relaxed);
+    if (collective) g_notes.collective_since_marker.store(true, std::memory_order_relaxed);
     return false;
   }
   m.issued_ns = __atomic_load_n(&page->issued_ns, __ATOMIC_RELAXED);
   m.recorded_at = monotonic_ns();
   m.nccl = nccl;
+  m.p2p = nccl && !collective;
   m.collectives = nccl ? collectives_issued() : 0;
   m.behind = nccl ? 0 : collective_ahead_of(s, per_thread);
   m.page = page;
   ++g_head;
+  // A point-to-point marker is counted as one after it is counted an NCCL marker, and stops
+  // being one before it stops being an NCCL marker: tandemd, between the two, sees a collective
+  // in flight (as before point-to-point was told apart), never the other way round.
   if (nccl)
     __atomic_fetch_add(&page->nccl_markers_recorded, 1, __ATOMIC_RELEASE);
   else if (!m.behind)
     __atomic_fetch_add(&page->markers_recorded, 1, __ATOMIC_RELEASE);
+  if (m.p2p) __atomic_fetch_add(&page->p2p_markers_recorded, 1, __ATOMIC_RELEASE);
   return true;
 }
 
@@ -154,6 +164,7 @@ void poll_markers_locked(uint64_t now) {
     ++g_tail;
     if (!page || m.page != page) continue;
     if (m.nccl) {
+      if (m.p2p) __atomic_fetch_add(&page->p2p_markers_completed, 1, __ATOMIC_RELEASE);
       __atomic_fetch_add(&page->nccl_markers_completed, 1, __ATOMIC_RELEASE);
       collectives_over_through(m.collectives);
     } else {
@@ -321,6 +332,7 @@ void progress_after_fork_child() noexcept {
   g_notes.context.store(nullptr);
   g_notes.work_since_marker.store(false);
   g_notes.nccl_since_marker.store(false);
+  g_notes.collective_since_marker.store(false);
   g_notes.own_stream_marker_wanted.store(false);
   g_thread_started.store(false);
   g_in_turn.store(false);  // the parent's thread may have been in a turn at the fork

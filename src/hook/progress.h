@@ -21,6 +21,8 @@ struct ProgressNotes {
   std::atomic<CUstream> nccl_stream{nullptr};  // where the last NCCL kernel went
   std::atomic<bool> nccl_per_thread{false};
   std::atomic<bool> nccl_since_marker{false};  // NCCL kernels not yet covered by an NCCL marker
+  // Of those, a collective (not point-to-point): the next NCCL marker stands behind one.
+  std::atomic<bool> collective_since_marker{false};
   // Set by the progress thread when the last launch went to a thread's own stream (which it
   // cannot name): the next launch to such a stream records the tick's marker instead.
   std::atomic<bool> own_stream_marker_wanted{false};

@@ -27,7 +27,7 @@ struct TrainingSample {
   uint64_t launches;           // compute kernels launched (monotonic, summed over training clients)
   uint64_t markers_recorded;   // completion markers put behind compute work
   uint64_t markers_completed;  // markers the GPU has passed
-  bool communicating = false;  // training's collectives in flight (NCCL markers pending)
+  bool communicating = false;  // training's collectives in flight (NCCL markers pending, not point-to-point)
 };
 
 enum class GpuPhase { busy, bubble };

@@ -55,6 +55,10 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
       b.counter(p.nccl_markers_recorded, raw.nccl_markers_recorded, B::kLaunchesPerPeriod, "nccl_markers_recorded");
   v.nccl_markers_completed =
       b.counter(p.nccl_markers_completed, raw.nccl_markers_completed, B::kLaunchesPerPeriod, "nccl_markers_completed");
+  v.p2p_markers_recorded =
+      b.counter(p.p2p_markers_recorded, raw.p2p_markers_recorded, B::kLaunchesPerPeriod, "p2p_markers_recorded");
+  v.p2p_markers_completed =
+      b.counter(p.p2p_markers_completed, raw.p2p_markers_completed, B::kLaunchesPerPeriod, "p2p_markers_completed");
   v.tokens_taken_ns = b.counter(p.tokens_taken_ns, raw.tokens_taken_ns, B::kWorkNsPerPeriod, "tokens_taken_ns");
   v.gate_waits = b.counter(p.gate_waits, raw.gate_waits, B::kLaunchesPerPeriod, "gate_waits");
   v.gate_wait_ns = b.counter(p.gate_wait_ns, raw.gate_wait_ns, B::kWorkNsPerPeriod, "gate_wait_ns");
@@ -68,6 +72,7 @@ void bound_client_view(ClientView& view, const tandem_client_page& raw, uint64_t
   // Not counted: the copy is not one atomic snapshot (see the header).
   v.markers_completed = std::min(v.markers_completed, v.markers_recorded);
   v.nccl_markers_completed = std::min(v.nccl_markers_completed, v.nccl_markers_recorded);
+  v.p2p_markers_completed = std::min(v.p2p_markers_completed, v.p2p_markers_recorded);
   v.completed_ns = std::min(v.completed_ns, v.issued_ns);
   // Timestamps: never in the future (a reading just ahead of the daemon's clock is taken as now).
   auto timestamp = [&](uint64_t raw_ns, const char* field) {

@@ -1,9 +1,11 @@
 // How much GPU time (ns of estimated work) fillers may launch each period: SpecInF's three
 // token phases. Pure logic, time passed in.
 //
-//   communication a bubble in which training's collective (an NCCL kernel) is still running,
-//                 when fill_during_comm is off: like closed. Without MPS a filler's kernels
-//                 take time slices from the collective and lengthen training's iteration.
+//   communication a bubble in which training's collective (an NCCL kernel other than
+//                 point-to-point) is still running, when fill_during_comm is off: like closed.
+//                 Without MPS a filler's kernels take time slices from the collective and
+//                 lengthen training's iteration. A point-to-point kernel alone (a pipeline
+//                 stage's receive waiting for its peer) is no communication: an ordinary bubble.
 //   closed        training is busy: no grants, and revoke() is true so the daemon zeroes every
 //                 filler's unspent balance (tokens left over would run into training).
 //   conservative  bubble age < conservative_ns: still no grants, nothing revoked. Training may
@@ -85,7 +87,7 @@ class FillPolicy {
 
   // Once per period. Clears `grants`, then fills it with the tokens to ADD per filler.
   // predicted_end_ns: when the bubble is expected to end (learned profile; 0: not known);
-  // communicating: training's NCCL kernels are still running.
+  // communicating: training's collectives (NCCL kernels other than point-to-point) are still running.
   FillPhase step(GpuPhase gpu, bool communicating, uint64_t now_ns, uint64_t bubble_started_ns, uint64_t predicted_end_ns,
                  const std::vector<FillerState>& fillers, std::vector<Grant>& grants);
   FillPhase phase() const { return phase_; }

@@ -116,7 +116,9 @@ void GpuScheduler::tick(uint64_t now_ns) {
   segment_.sample(now_ns);
 
   TrainingSample sample{now_ns, 0, 0, 0};
-  uint64_t collectives_pending = 0;  // NCCL markers recorded but not passed
+  // NCCL markers recorded but not passed: all, and those behind a collective (not only
+  // point-to-point kernels).
+  uint64_t nccl_pending = 0, collectives_pending = 0;
   uint64_t inference_slots = 0;
   uint64_t others_work = 0;  // GPU work the non-training clients completed since the last tick
   // The training clients' completion markers passed (their pages' sum): those behind gated
@@ -148,7 +150,10 @@ void GpuScheduler::tick(uint64_t now_ns) {
       sample.launches += c.v.launches;
       sample.markers_recorded += c.v.markers_recorded;
       sample.markers_completed += c.v.markers_completed;
-      collectives_pending += c.v.nccl_markers_recorded - c.v.nccl_markers_completed;  // bounded: >= 0
+      const uint64_t nccl = c.v.nccl_markers_recorded - c.v.nccl_markers_completed;  // bounded: >= 0
+      const uint64_t p2p = c.v.p2p_markers_recorded - c.v.p2p_markers_completed;
+      nccl_pending += nccl;
+      collectives_pending += nccl - std::min(nccl, p2p);  // per client: one's skew hides no other's
     } else if (gated(s.role)) {
       fillers_.push_back(gated_state(static_cast<int>(i), s, c));
       fillers_.back().wants_work = filler_wants_work(s, static_cast<int>(i), c, now_ns);
@@ -160,6 +165,9 @@ void GpuScheduler::tick(uint64_t now_ns) {
     }
   }
   sharing_.publish(shm);
+  // A collective in flight is the fill policy's communication phase; a point-to-point kernel
+  // (a pipeline stage's receive, waiting for its peer) is not: its wait is an ordinary bubble,
+  // learned and predicted with the others (docs/scheduler.md, "Pipeline parallelism").
   sample.communicating = collectives_pending > 0;
   const bool training = !training_.empty();
   collectives_held_ = training && held;
@@ -283,10 +291,14 @@ void GpuScheduler::tick(uint64_t now_ns) {
   if (params_.zico) step_zico(shm, now_ns);
   if (!training) return;
 
-  bool was_communicating = communicating_;
   communicating_ = collectives_pending > 0;
-  if (communicating_ && !was_communicating) communicating_since_ns_ = now_ns;
-  if (!communicating_ && was_communicating) {
+  receiving_ = !communicating_ && nccl_pending > 0;
+  // The NCCL kernels' runs, point-to-point too, for policy slo's floor (a request waits for
+  // whatever NCCL kernel of training runs before it, as it did before the two were told apart).
+  bool was_running = nccl_running_;
+  nccl_running_ = nccl_pending > 0;
+  if (nccl_running_ && !was_running) communicating_since_ns_ = now_ns;
+  if (!nccl_running_ && was_running) {
     collectives_ns_[collective_next_] = now_ns - communicating_since_ns_;
     collective_next_ = (collective_next_ + 1) % kCollectives;
   }

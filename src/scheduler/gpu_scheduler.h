@@ -52,8 +52,12 @@ class GpuScheduler {
 
   GpuPhase gpu_phase() const { return detector_.phase(); }
   FillPhase fill_phase() const { return policy_.phase(); }
-  // Training's collectives (NCCL kernels) still running at the last tick.
+  // Training's collectives (NCCL kernels other than point-to-point) still running at the last
+  // tick: the fill policy's communication phase (TANDEM_FILL_COMM).
   bool communicating() const { return communicating_; }
+  // Training's point-to-point NCCL kernels (a pipeline stage's receive) still running at the
+  // last tick, and no collective: an ordinary bubble for the fill policy.
+  bool receiving() const { return receiving_; }
   const BubbleDetector& detector() const { return detector_; }
   uint32_t policy() const { return params_.policy; }
   // Policy fill: the part of each second online requests may hold training (TANDEM_FILL_ONLINE_HOLD).
@@ -100,6 +104,8 @@ class GpuScheduler {
   RequestHolds holds_;
   HoldHorizon horizon_;
   bool communicating_ = false;
+  bool receiving_ = false;
+  bool nccl_running_ = false;  // any NCCL kernel of training, point-to-point too (collectives_ns_)
   Trace trace_;
   std::vector<FillerState> fillers_, training_;
   std::vector<OnlineClient> online_;

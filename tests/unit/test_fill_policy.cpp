@@ -346,3 +346,49 @@ TEST_CASE("GpuScheduler, policy fill: a registered filler with nothing to do tak
   CHECK(balance(idle) == 2 * kMsI);
   CHECK(balance(working) == 2 * kMsI);
 }
+
+TEST_CASE("GpuScheduler, policy fill: a bubble with only a point-to-point receive in flight is filled, a collective's is not") {
+  SchedulerParams params;
+  params.fill.max_inflight_ns = 4 * kMs;
+  params.fill.fill_during_comm = false;  // TANDEM_FILL_COMM=0, the default
+  GpuScheduler gpu("00112233445566778899aabbccddeeab", params);
+  REQUIRE(gpu.segment().ok());
+  tandem_shm_header* shm = gpu.segment().shm();
+  int train = gpu.segment().claim(500, TANDEM_ROLE_TRAINING);
+  int filler = gpu.segment().claim(600, TANDEM_ROLE_BATCH_INFERENCE);
+  tandem_client_page* stage = gpu.segment().page(train);
+  uint64_t t = 1000 * kMs;
+  auto balance = [&] {
+    return static_cast<int64_t>(shm->slots[filler].token_limit_ns - gpu.segment().page(filler)->tokens_taken_ns);
+  };
+  for (int i = 0; i < 100; ++i) {  // a pipeline stage computes
+    stage->launches += 1;
+    gpu.segment().page(filler)->gate_want_us = 500;
+    gpu.tick(t += kMs);
+  }
+  // Then waits in a receive for its peer: an NCCL marker pending behind a SendRecv kernel only.
+  stage->nccl_markers_recorded += 1;
+  stage->p2p_markers_recorded += 1;
+  for (int i = 0; i < 5; ++i) gpu.tick(t += kMs);
+  CHECK(gpu.gpu_phase() == GpuPhase::bubble);
+  CHECK_FALSE(gpu.communicating());
+  CHECK(gpu.receiving());
+  CHECK(gpu.fill_phase() == FillPhase::stable);
+  CHECK(balance() == 4 * kMsI);  // filled as an ordinary bubble
+  // A collective is launched too (its NCCL marker is not a point-to-point one): held as before.
+  stage->nccl_markers_recorded += 1;
+  gpu.tick(t += kMs);
+  CHECK(gpu.communicating());
+  CHECK_FALSE(gpu.receiving());
+  CHECK(gpu.fill_phase() == FillPhase::communication);
+  CHECK(balance() == 0);  // revoked
+  gpu.tick(t += kMs);
+  CHECK(balance() == 0);
+  // Both over: an ordinary bubble again.
+  stage->nccl_markers_completed += 2;
+  stage->p2p_markers_completed += 1;
+  for (int i = 0; i < 3; ++i) gpu.tick(t += kMs);
+  CHECK_FALSE(gpu.communicating());
+  CHECK_FALSE(gpu.receiving());
+  CHECK(balance() > 0);
+}

@@ -32,6 +32,17 @@ TEST_CASE("NCCL kernels are recognised by name, mangled too") {
   CHECK_FALSE(is_nccl_kernel_name(nullptr));
 }
 
+TEST_CASE("NCCL point-to-point kernels (SendRecv) are told from collectives by name") {
+  CHECK(is_nccl_p2p_kernel_name("ncclDevKernel_SendRecv"));  // NCCL 2.19+
+  CHECK(is_nccl_p2p_kernel_name("_Z29ncclDevKernel_SendRecv_Sum_u8P14ncclDevKernelArgs"));
+  CHECK(is_nccl_p2p_kernel_name("_Z42ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_tP11ncclDevCommPvP8ncclWork"));
+  CHECK_FALSE(is_nccl_p2p_kernel_name("ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+  CHECK_FALSE(is_nccl_p2p_kernel_name("ncclDevKernel_Generic"));  // may run any work: a collective
+  CHECK_FALSE(is_nccl_p2p_kernel_name("ncclSymkDevKernel_AllGather"));
+  CHECK_FALSE(is_nccl_p2p_kernel_name("my_SendRecv_kernel"));  // not NCCL's
+  CHECK_FALSE(is_nccl_p2p_kernel_name(nullptr));
+}
+
 TEST_CASE("handle map: find, overwrite, erase, zero key") {
   static HandleMap map;  // large: static storage
   CHECK(map.find(0x1000) == HandleMap::kAbsent);
