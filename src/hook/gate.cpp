@@ -108,11 +108,6 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
     uint32_t request_seq = shm ? __atomic_load_n(&shm->request_seq, __ATOMIC_ACQUIRE) : 0;
     bool open = __atomic_load_n(&slot->gate, __ATOMIC_ACQUIRE) == TANDEM_GATE_OPEN;
     uint64_t now = monotonic_ns();
-    // Nothing of this process starts while an online request holds it (the request then waits
-    // at most for the work already on the GPU), and the work in flight is bounded here, where
-    // completions are seen first (the progress thread wakes this wait).
-    bool request_running = !open && shm && online_request_open(shm, now);
-    bool full = queue_full(slot, page);
     if (!open && !pays_in_full() && memory_owed()) {
       // tandemd wants memory this training process holds live, and the program frees it at its
       // next safe point (its memory-pressure callback told it: discard the running batch), which
@@ -122,6 +117,11 @@ void gate_wait(const tandem_slot* slot, tandem_client_page* page, uint64_t cost_
       count(gate_counters().memory_owed_passes);
       break;
     }
+    // Nothing of this process starts while an online request holds it (the request then waits
+    // at most for the work already on the GPU), and the work in flight is bounded here, where
+    // completions are seen first (the progress thread wakes this wait).
+    bool request_running = !open && shm && online_request_open(shm, now);
+    bool full = queue_full(slot, page);
     if (!request_running && !full && (open || balance(slot, page) >= need)) {
       __atomic_fetch_add(&page->tokens_taken_ns, cost_ns, __ATOMIC_ACQ_REL);
       break;

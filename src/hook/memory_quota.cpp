@@ -119,10 +119,7 @@ void uncharge_memory(uint64_t bytes) noexcept {
   memory_counters().bytes_in_use.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
-bool memory_pressure_registered() noexcept {
-  std::lock_guard<std::mutex> lock(g_pressure_mutex);
-  return g_pressure_fn != nullptr;
-}
+bool memory_pressure_registered() noexcept { return g_pressure_set.load(std::memory_order_acquire); }
 
 void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept {
   std::lock_guard<std::mutex> lock(g_pressure_mutex);
@@ -132,7 +129,7 @@ void set_memory_pressure_callback(MemoryPressureFn fn, void* user) noexcept {
 }
 
 bool memory_owed() noexcept {
-  if (!g_pressure_set.load(std::memory_order_acquire)) return false;
+  if (!memory_pressure_registered()) return false;
   uint64_t quota = memory_quota();
   return quota && memory_counters().bytes_in_use.load(std::memory_order_relaxed) > quota;
 }

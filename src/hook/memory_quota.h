@@ -42,7 +42,7 @@ void memory_quota_after_fork_child() noexcept;
 // From the progress thread, every tick (and when tandemd changed the quota): calls the
 // callback when the process is over its quota, at most every 100 ms unless the quota changed.
 void memory_pressure_tick(uint64_t now_ns) noexcept;
-// True while the process has a memory-pressure callback (tandem_on_memory_pressure).
+// True while the process has a memory-pressure callback (tandem_on_memory_pressure). Lock-free.
 bool memory_pressure_registered() noexcept;
 // True while the process has a memory-pressure callback and holds more than its quota: tandemd
 // lowered the quota and waits for live memory that the program frees at its next safe point.
