@@ -31,20 +31,18 @@ usage: vllm_e2e.py BUILD_DIR CASE
 """
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_util import check, preload, run_case, wait_for  # noqa: E402
+from e2e_util import check, run_case, wait_for  # noqa: E402
+from engine_probe import EngineProbe, pool_free, process_mem, require_module  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON = os.path.join(ROOT, ".venv-vllm", "bin", "python")
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_probe.py")
-SKIP = 77
 GiB = 1 << 30
 sys.path.insert(0, os.path.join(ROOT, "examples", "vllm"))
 import tiny_model  # noqa: E402
@@ -55,91 +53,11 @@ VLLM_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "
 
 
 def require_vllm():
-    if not os.path.exists(PYTHON):
-        print(f"SKIP: no vLLM venv at {PYTHON} (scripts/setup-venv.sh --vllm could not create it)")
-        sys.exit(SKIP)
-    r = subprocess.run([PYTHON, "-c", "import vllm"], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        print(f"SKIP: vllm does not import in {PYTHON}: {r.stderr.strip()[-500:]}")
-        sys.exit(SKIP)
+    require_module(PYTHON, "vllm", "scripts/setup-venv.sh --vllm")
 
 
-class Probe:
-    """vllm_probe.py under libtandem: its JSON answers in a queue, its stderr kept for failures."""
-
-    def __init__(self, env, model, llm_args, **settings):
-        e = dict(env.base, **VLLM_ENV, LD_PRELOAD=preload(env.build), TANDEM_STATS_FILE=os.path.join(env.tmp, "stats-%p.json"),
-                 **settings)
-        self.p = env.popen([PYTHON, PROBE, model, json.dumps(llm_args)], env=e, stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.answers, self.err, self.lines = queue.Queue(), [], queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
-
-    def _read(self):  # vLLM logs to stdout too
-        for line in self.p.stdout:
-            if line.startswith("{"):
-                self.answers.put(json.loads(line))
-            else:
-                self.err.append(line)
-                self.lines.put(line)
-        self.answers.put(None)
-
-    def _read_err(self):
-        for line in self.p.stderr:
-            self.err.append(line)
-            self.lines.put(line)
-
-    def stderr(self, n=40):
-        return "".join(self.err[-n:])
-
-    def answer(self, timeout):
-        try:
-            a = self.answers.get(timeout=timeout)
-        except queue.Empty:
-            a = None
-        if a is None:
-            raise SystemExit(f"FAIL: vLLM gave no answer within {timeout} s (exit {self.p.poll()}):\n{self.stderr()}")
-        return a
-
-    def send(self, command, timeout=120):
-        self.p.stdin.write(command + "\n")
-        self.p.stdin.flush()
-        return self.answer(timeout)
-
-    def wait_for_line(self, text, timeout):
-        """Blocks until vLLM's log has a line containing `text`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if text in self.lines.get(timeout=1):
-                    return True
-            except queue.Empty:
-                if self.p.poll() is not None:
-                    return False
-        return False
-
-    def stats(self, env):
-        with open(os.path.join(env.tmp, f"stats-{self.p.pid}.json")) as f:
-            return json.load(f)
-
-
-def ctl_mem(env):
-    out = subprocess.run([os.path.join(env.build, "bin", "tandemctl"), "mem", "--json", "--socket", env.socket],
-                         capture_output=True, text=True, timeout=10)
-    return json.loads(out.stdout) if out.returncode == 0 else None
-
-
-def process_mem(env, pid):
-    """tandemctl mem's row of `pid` (bytes_in_use, pool_bytes, quota_bytes, ...), None if absent."""
-    for p in (ctl_mem(env) or {}).get("processes", []):
-        if p.get("pid") == pid:
-            return p
-    return None
-
-
-def pool_free(env):
-    return sum(p.get("free_bytes", 0) for p in (ctl_mem(env) or {}).get("pools", []))
+def Probe(env, model, llm_args, **settings):
+    return EngineProbe(env, PYTHON, PROBE, [model, json.dumps(llm_args)], VLLM_ENV, **settings)
 
 
 NEIGHBOUR = r"""
