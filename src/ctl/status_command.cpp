@@ -99,6 +99,19 @@ int status_command(const std::string& socket_path, bool json) {
       }
     }
   }
+  // Processes gone since (exited or killed; a killed one wrote no statistics file): what they
+  // launched, as tandemd last read it. Only the most recent are kept (docs/metrics.md).
+  if (j.contains("departed") && j["departed"].is_array() && !j["departed"].empty()) {
+    std::fputc('\n', stdout);
+    print_line("departed (most recent first)");
+    print_line("  %-8s %-16s %10s %8s %14s %10s %10s", "PID", "ROLE", "LAUNCHES", "NCCL", "GPU WORK(ms)", "CONNECTED",
+               "AGO");
+    for (const auto& p : j["departed"])
+      print_line("  %-8d %-16s %10llu %8llu %14.1f %10s %10s", p.value("pid", 0),
+                 p.value("role", std::string()).c_str(), p.value("launches", 0ull), p.value("nccl_launches", 0ull),
+                 p.value("completed_ns", 0.0) / 1e6, seconds_text(p.value("connected_s", 0.0)).c_str(),
+                 seconds_text(p.value("departed_s_ago", 0.0)).c_str());
+  }
   return 0;
 }
 

@@ -53,6 +53,10 @@ constexpr size_t kMaxUnverifiedGpusPerUid = 2;
 constexpr size_t kMaxJobName = 256;
 constexpr uint64_t kMaxJobRanks = 1024;
 
+// Departed processes whose last figures tandemd keeps for the status (departed.h): the most
+// recent, so that the memory they take is fixed however many processes come and go.
+constexpr size_t kMaxDeparted = 64;
+
 // A message a client started must be finished within this long, else it is dropped.
 constexpr uint64_t kMessageTimeoutNs = 2000000000ull;
 // accept() failed for lack of descriptors and the reserve could not shed the connection:
@@ -73,6 +77,7 @@ struct DaemonLimits {
   size_t pool_chunks = limits::kMaxPoolChunks;
   size_t gpus = limits::kMaxGpus;
   size_t unverified_gpus_per_uid = limits::kMaxUnverifiedGpusPerUid;
+  size_t departed = limits::kMaxDeparted;
 };
 
 }  // namespace tandem::scheduler

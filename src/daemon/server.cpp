@@ -393,7 +393,8 @@ std::string Server::status_json() const {
                           {"passed_fds", held.passed_fds}, {"orphan_processes", held.orphan_processes},
                           {"reply_bytes", held.reply_bytes}}}}},
                       {"clients", clients}, {"grants", grants_json()},
-                      {"jobs", jobs_json()}};
+                      {"jobs", jobs_json()},
+                      {"departed", departed_json(now)}};  // the most recent first (departed.h)
   return json_text(j);
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "access_policy.h"
+#include "departed.h"
 #include "grants.h"
 #include "daemon_limits.h"
 #include "protocol.h"
@@ -151,6 +152,10 @@ class Server {
   void release_gpu_if_unused(const std::string& uuid);
   void tick_all(uint64_t now_ns);
   void disconnect(ClientId id);
+  // Departed processes (server_departed.cpp, departed.h): at disconnect, before its slot is
+  // released, the client's last bounded view is kept and logged; the status lists them.
+  void record_departure(const Client& client, uint64_t now_ns);
+  nlohmann::json departed_json(uint64_t now_ns) const;
 
   ServerOptions options_;
   int listen_fd_ = -1;
@@ -166,6 +171,7 @@ class Server {
   int wake_pipe_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   Registry registry_;
+  DepartedLog departed_;  // the most recent departed processes, and totals by role
   std::map<std::string, std::unique_ptr<GpuScheduler>> gpus_;  // by GPU UUID
   std::set<std::string> verified_gpus_;  // of gpus_, those a protected client named (gpu_admission.h)
   MemoryPool pool_;

@@ -52,7 +52,8 @@ int open_reserve_fd() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
-      registry_(options_.limits.queued_reply_bytes, options_.limits.queued_reply_bytes_total) {}
+      registry_(options_.limits.queued_reply_bytes, options_.limits.queued_reply_bytes_total),
+      departed_(options_.limits.departed) {}
 
 Server::~Server() {
   for (const auto& [id, client] : registry_.clients()) {
@@ -323,6 +324,9 @@ void Server::disconnect(ClientId id) {
   std::string gpu_uuid = c->gpu;  // the GPU whose pool may have gained free chunks
   c->out.flush(c->fd);  // a last error reply, if the socket takes it now
   TANDEM_LOG_DEBUG("client pid {} gone", c->pid);
+  // What it did is kept before its page goes with the slot (a killed process writes no
+  // statistics file).
+  record_departure(*c, monotonic_ns());
   // Its slot and unspent tokens are reclaimed at once: the others continue.
   if (c->slot >= 0)
     if (GpuScheduler* g = gpu(c->gpu)) g->segment().release(c->slot);

@@ -3,7 +3,8 @@
 // and where its time went, the bubble profile, the policies' figures, the memory pool; per
 // registered process (labels gpu, pid, role, uid, container, pod): its launches, gate, tokens,
 // requests, latency, target and memory, as the daemon's bounded view of its page says
-// (client_view.h). Every family is announced even when it has no sample yet.
+// (client_view.h); per role, the totals of the processes that departed (departed.h). Every
+// family is announced even when it has no sample yet.
 #include <unistd.h>
 
 #include "server.h"
@@ -283,6 +284,22 @@ std::string Server::metrics_text() const {
                     &view.v, &s, view.violations, p == pooled.end() ? 0 : p->second});
   }
   process_families(w, rows);
+
+  // Departed processes, by role (departed.h): what the per-process series of processes no
+  // longer registered said last. Summed with those of the live ones they never decrease.
+  const auto& departed = departed_.totals();
+  w.family("tandem_departed_processes_total", Type::counter,
+           "Processes with a GPU slot whose connection to tandemd closed (exited, or killed), by role.");
+  for (const auto& [role, t] : departed) w.sample({{"role", role}}, static_cast<double>(t.processes));
+  w.family("tandem_departed_launches_total", Type::counter,
+           "Kernels the departed processes launched, by role and kind: compute (graph nodes included) or nccl.");
+  for (const auto& [role, t] : departed) {
+    w.sample({{"role", role}, {"kind", "compute"}}, static_cast<double>(t.launches));
+    w.sample({{"role", role}, {"kind", "nccl"}}, static_cast<double>(t.nccl_launches));
+  }
+  w.family("tandem_departed_gpu_work_completed_seconds_total", Type::counter,
+           "Estimated GPU time of the departed processes' kernels the GPU finished, by role.");
+  for (const auto& [role, t] : departed) w.sample({{"role", role}}, static_cast<double>(t.completed_ns) * kNs);
   return w.text();
 }
 

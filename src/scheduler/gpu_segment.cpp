@@ -100,16 +100,23 @@ void GpuSegment::release(int slot) {
 
 void GpuSegment::sample(uint64_t now_ns) {
   uint32_t control_seq = __atomic_load_n(&shm_->control_seq, __ATOMIC_ACQUIRE);
-  for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) {
-    Page& p = pages_[i];
-    if (!p.page || __atomic_load_n(&shm_->slots[i].state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) continue;
-    uint64_t before = p.view.violations;
-    bound_client_view(p.view, snapshot_page(p.page), now_ns, control_seq);
-    if (p.view.violations != before && !p.warned) {  // once per client: a hostile one must not flood the log
-      p.warned = true;
-      TANDEM_LOG_WARN("client pid {} (slot {}) wrote implausible values to its page ({} first); they are bounded",
-                      shm_->slots[i].pid, i, p.view.last_violation);
-    }
+  for (uint32_t i = 0; i < TANDEM_MAX_SLOTS; ++i) sample_page(i, now_ns, control_seq);
+}
+
+const ClientView& GpuSegment::sample_one(int slot, uint64_t now_ns) {
+  sample_page(static_cast<uint32_t>(slot), now_ns, __atomic_load_n(&shm_->control_seq, __ATOMIC_ACQUIRE));
+  return pages_[slot].view;
+}
+
+void GpuSegment::sample_page(uint32_t slot, uint64_t now_ns, uint32_t control_seq) {
+  Page& p = pages_[slot];
+  if (!p.page || __atomic_load_n(&shm_->slots[slot].state, __ATOMIC_ACQUIRE) != TANDEM_SLOT_ACTIVE) return;
+  uint64_t before = p.view.violations;
+  bound_client_view(p.view, snapshot_page(p.page), now_ns, control_seq);
+  if (p.view.violations != before && !p.warned) {  // once per client: a hostile one must not flood the log
+    p.warned = true;
+    TANDEM_LOG_WARN("client pid {} (slot {}) wrote implausible values to its page ({} first); they are bounded",
+                    shm_->slots[slot].pid, slot, p.view.last_violation);
   }
 }
 

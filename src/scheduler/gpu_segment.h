@@ -39,6 +39,10 @@ class GpuSegment {
   // Reads every active slot's page into its bounded view (once per period, before deciding).
   void sample(uint64_t now_ns);
   const ClientView& view(int slot) const { return pages_[slot].view; }
+  // Reads one active slot's page into its bounded view now, as sample() does: the last
+  // reading of a client whose connection closed, taken before its slot is released, so that
+  // what it did since the last period is counted too.
+  const ClientView& sample_one(int slot, uint64_t now_ns);
 
  private:
   struct Page {
@@ -48,6 +52,7 @@ class GpuSegment {
     bool warned = false;  // bounded values logged for this client
   };
   void drop_page(Page& p);
+  void sample_page(uint32_t slot, uint64_t now_ns, uint32_t control_seq);
 
   std::string uuid_;
   int fd_ = -1;
