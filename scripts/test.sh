@@ -17,6 +17,11 @@ scripts/setup-venv.sh || echo "test: the PyTorch venv could not be created; the 
 if [ "${TANDEM_TEST_VLLM:-1}" != 0 ]; then
   scripts/setup-venv.sh --vllm || echo "test: the vLLM venv could not be created; the vLLM tests will be skipped" >&2
 fi
+# SGLang for the e2e_sglang_* tests (.venv-sglang/, about 4 GB more on disk; its own torch). The
+# same; TANDEM_TEST_SGLANG=0 skips creating it.
+if [ "${TANDEM_TEST_SGLANG:-1}" != 0 ]; then
+  scripts/setup-venv.sh --sglang || echo "test: the SGLang venv could not be created; the SGLang tests will be skipped" >&2
+fi
 # The simulated GPU's shared segments of earlier runs of this build (fixed names for
 # tests/simgpu, tagged with the build directory) and of killed tests (named after a pid no
 # longer running): one left by a killed process may name an owner whose pid is alive again, and
