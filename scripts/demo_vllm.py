@@ -10,8 +10,10 @@ slo (HARLI's setting): vLLM serving online requests (examples/vllm/llm_workload.
   delimited by vLLM's engine steps (each ends with a host synchronization), so tandem's latency
   is the step's, the TPOT, held at TANDEM_SLO_MS. Rows: Exclusive (each alone), Co-Exec (both,
   no tandemd) and tandem, once with time slicing and once under MPS (SIMGPU_SHARING=mps on the
-  simulated GPU; on a GPU run the MPS control daemon yourself): TTFT and TPOT p50/p99 against
-  Exclusive's, finetuning throughput against its Exclusive. The TPOT target is
+  simulated GPU; on a GPU run the MPS control daemon yourself), where tandem runs twice: the
+  duty cycle alone (TANDEM_SLO_PARTITION=off) and with live SM partitions. Columns: TTFT and
+  TPOT p50/p99 against Exclusive's, SLO attainment (the requests whose TPOT met the target),
+  finetuning throughput against its Exclusive. The TPOT target is
   TANDEM_DEMO_TPOT_SLO_MS (default 25); each engine step gets TANDEM_DEMO_STEP_GPU_MS (default
   0) of GPU work added, a real model's weight reads (llm_workload.py --gpu-ms).
 fill: vLLM as a batch filler (llm_workload.py batch: generate of a fixed batch, ignore_eos,
@@ -92,9 +94,10 @@ def with_daemon(env, policy, body, **settings):
         d.wait()
 
 
-def four_windows(env, train, other, policy, seconds, first, second):
+def four_windows(env, train, other, policy, seconds, first, second, tandem_rows=None):
     """train alone, `other` alone, both (Co-Exec: no tandemd), both beside tandemd `policy`:
-    each window's (start, end), under the names `first`, `second`, Co-Exec, tandem."""
+    each window's (start, end), under the names `first`, `second`, Co-Exec, tandem.
+    `tandem_rows` ({name: tandemd's settings}) measures tandem once per entry instead."""
     rows = {}
     try:
         train.run(True)
@@ -104,7 +107,8 @@ def four_windows(env, train, other, policy, seconds, first, second):
         rows[second] = window(seconds)
         train.run(True)
         rows["Co-Exec"] = window(seconds)
-        rows["tandem"] = with_daemon(env, policy, lambda: window(seconds))
+        for name, settings in (tandem_rows or {"tandem": {}}).items():
+            rows[name] = with_daemon(env, policy, lambda: window(seconds), **settings)
     finally:
         train.kill()
         other.kill()
@@ -124,20 +128,24 @@ def serving_rows(env, seconds, model, sharing):
     env.base["SIMGPU_SHARING"] = sharing
     serve = ["serve", model, "--rate", "8", "--prompt", "32", "--max-tokens", "32", "--eager", "--gpu-ms", STEP_GPU_MS]
     train, llm = start(env, FINETUNE, serve, "inference", TANDEM_SLO_MS=str(TPOT_SLO_MS))
-    rows = four_windows(env, train, llm, "slo", seconds, "finetune alone", "Exclusive")
+    # Under MPS tandem twice: the duty cycle alone, and live SM partitions with it (the default).
+    tandem_rows = {"tandem": {}} if sharing != "mps" else {
+        "tandem, duty cycle": {"TANDEM_SLO_PARTITION": "off"}, "tandem, partitions": {}}
+    rows = four_windows(env, train, llm, "slo", seconds, "finetune alone", "Exclusive", tandem_rows)
     ex_train = rate(train.between(*rows["finetune alone"]), rows["finetune alone"])
     ex = llm.between(*rows["Exclusive"])
     ex_ttft = (pct([r["ttft_ms"] for r in ex], .5), pct([r["ttft_ms"] for r in ex], .99))
     ex_tpot = (pct([r["tpot_ms"] for r in ex], .5), pct([r["tpot_ms"] for r in ex], .99))
     result = []
-    for name in ("Exclusive", "Co-Exec", "tandem"):
+    for name in ("Exclusive", "Co-Exec", *tandem_rows):
         w = rows[name]
         reqs = llm.between(*w)
         ttft = [pct([r["ttft_ms"] for r in reqs], q) for q in (.5, .99)]
         tpot = [pct([r["tpot_ms"] for r in reqs], q) for q in (.5, .99)]
+        attained = sum(r["tpot_ms"] <= TPOT_SLO_MS for r in reqs) / max(1, len(reqs))  # SLO attainment
         t = 1.0 if name == "Exclusive" else rate(train.between(*w), w) / ex_train
         result.append((f"{name} ({sharing})", ttft[0] / ex_ttft[0], ttft[1] / ex_ttft[1], tpot[0] / ex_tpot[0],
-                       tpot[1] / ex_tpot[1], t, len(reqs)))
+                       tpot[1] / ex_tpot[1], attained, t, len(reqs)))
     return result, ex_ttft, ex_tpot, ex_train
 
 
@@ -146,13 +154,14 @@ def slo(env, seconds, out):
     tiny_model.write(model)
     print(f"\nserving: vLLM online (Poisson, 8 requests/s, 32 + 32 tokens, {STEP_GPU_MS} ms of GPU work a step) beside "
           f"LoRA finetuning; TANDEM_SLO_MS={TPOT_SLO_MS} on each engine step (the TPOT)")
-    print(f"{'configuration':<24}{'TTFT p50':>9}{'p99':>7}{'TPOT p50':>9}{'p99':>7}{'finetune':>10}{'requests':>10}")
+    print(f"{'configuration':<32}{'TTFT p50':>9}{'p99':>7}{'TPOT p50':>9}{'p99':>7}{'SLO':>6}{'finetune':>10}{'requests':>10}")
     for sharing in ("timeslice", "mps"):
         rows, ex_ttft, ex_tpot, ex_train = serving_rows(env, seconds, model, sharing)
-        for name, a, b, c, d, t, n in rows:
-            print(f"{name:<24}{a:>9.2f}{b:>7.2f}{c:>9.2f}{d:>7.2f}{t:>10.3f}{n:>10}")
+        for name, a, b, c, d, attained, t, n in rows:
+            print(f"{name:<32}{a:>9.2f}{b:>7.2f}{c:>9.2f}{d:>7.2f}{attained:>6.2f}{t:>10.3f}{n:>10}")
         print(f"  ({sharing}: latencies divided by Exclusive's TTFT {ex_ttft[0]:.1f}/{ex_ttft[1]:.1f} ms and TPOT "
-              f"{ex_tpot[0]:.2f}/{ex_tpot[1]:.2f} ms (p50/p99); finetuning by its {ex_train:.2f} steps/s alone)")
+              f"{ex_tpot[0]:.2f}/{ex_tpot[1]:.2f} ms (p50/p99); SLO: the requests whose TPOT met the target; finetuning "
+          f"by its {ex_train:.2f} steps/s alone)")
     env.base.pop("SIMGPU_SHARING", None)
 
 
