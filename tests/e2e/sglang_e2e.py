@@ -25,6 +25,8 @@ and a 4 GiB quota on a 16 GiB GPU, and SGLang's `nvidia-smi` finds the simulated
 
 usage: sglang_e2e.py BUILD_DIR CASE
 """
+import atexit
+import glob
 import json
 import os
 import signal
@@ -52,9 +54,37 @@ SGLANG_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "SGLANG_
 PROMPTS = [[3 + i, 5, 7, 9] for i in range(8)]
 
 
+def in_use(path):
+    """Whether a live process holds `path` open or mapped."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd")):
+                return True
+            with open(f"/proc/{pid}/maps") as maps:
+                if path in maps.read():
+                    return True
+        except OSError:  # gone, or not ours to read
+            continue
+    return False
+
+
+def remove_leaked_segments(env, before):
+    """SGLang's processes die by SIGKILL (its shutdown, and the kill this test makes), so its load
+    snapshots in /dev/shm are never unlinked: the ones this test's SGLang made, which no live
+    process holds (another SGLang test may be running beside it), go with the test."""
+    env.kill_started()  # what the test started is gone first (a failed check may leave it running)
+    for path in set(glob.glob("/dev/shm/sglang_loads_*")) - before:
+        if not in_use(path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
 def setup(env, policy="fill"):
     """tandemd, a 16 GiB simulated GPU, and the simulated GPU's nvidia-smi first on PATH."""
     require_module(PYTHON, "sglang", "scripts/setup-venv.sh --sglang")
+    atexit.register(remove_leaked_segments, env, set(glob.glob("/dev/shm/sglang_loads_*")))
     simgpu = os.path.join(env.build, "simgpu")
     env.base.update(SIMGPU_MEM_BYTES=str(16 * GiB), PATH=simgpu + os.pathsep + env.base.get("PATH", ""))
     smi = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"], env=env.base,
