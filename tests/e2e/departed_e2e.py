@@ -20,43 +20,14 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import check, ctl, run_case, slots_by_pid, wait_for  # noqa: E402
-
-
-def start_daemon(env):
-    """tandemd with a metrics endpoint on a free port and an INFO log in a file; returns
-    (process, log path, "HOST:PORT")."""
-    log = os.path.join(env.tmp, "tandemd.log")
-    with open(log, "w") as err:
-        d = env.popen([os.path.join(env.build, "bin", "tandemd"), "--foreground", "--socket", env.socket,
-                       "--log", "info", "--metrics", "127.0.0.1:0"], env=env.base, stderr=err)
-    status = wait_for(lambda: os.path.exists(env.socket) and env.status(), 5)
-    check(bool(status), "tandemd answers")
-    return d, log, status["daemon"]["metrics"]
-
-
-def scrape(address):
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
-def sample(page, name, **labels):
-    """The value of the one sample of `name` whose labels include `labels`, or None."""
-    for line in page.splitlines():
-        m = re.fullmatch(r"(\w+)(?:\{(.*)\})? (\S+)", line)
-        if not m or m.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-        if all(have.get(k) == str(v) for k, v in labels.items()):
-            return float(m.group(3))
-    return None
+from e2e_util import check, ctl, metric_value, metrics_page, run_case, slots_by_pid  # noqa: E402
 
 
 def case_sigkill(env):
-    d, log, address = start_daemon(env)
+    log = os.path.join(env.tmp, "tandemd.log")
+    d = env.daemon("fill", metrics=True, log="info", log_file=log)
     try:
         train = env.start("train-sim", "--seconds", "60", role="training")
         filler = env.start("infer-sim", "--seconds", "60", role="batch-inference")
@@ -72,8 +43,8 @@ def case_sigkill(env):
         check(live is not None, "train-sim and infer-sim registered and their launches counted")
         before = {p.pid: slots_by_pid(live)[p.pid]["launches"] for p in procs}
         done_before = {p.pid: slots_by_pid(live)[p.pid]["completed_ns"] for p in procs}
-        page = scrape(address)
-        check(sample(page, "tandem_departed_processes_total", role="training") == 0,
+        page = metrics_page(env)
+        check(metric_value(page, "tandem_departed_processes_total", role="training") == 0,
               "no departed training process before the kill")
         # The order of the kills is the order of departure: the filler last, so listed first.
         for p in procs:
@@ -105,17 +76,17 @@ def case_sigkill(env):
                   for p, role in ((train, "training"), (filler, "batch-inference"))),
               "with each killed process's pid, role and launches")
 
-        page = scrape(address)
+        page = metrics_page(env)
         for role, p in (("training", train), ("batch-inference", filler)):
-            n = sample(page, "tandem_departed_processes_total", role=role)
-            launched = sample(page, "tandem_departed_launches_total", role=role, kind="compute")
-            work = sample(page, "tandem_departed_gpu_work_completed_seconds_total", role=role)
+            n = metric_value(page, "tandem_departed_processes_total", role=role)
+            launched = metric_value(page, "tandem_departed_launches_total", role=role, kind="compute")
+            work = metric_value(page, "tandem_departed_gpu_work_completed_seconds_total", role=role)
             check(n == 1 and launched == departed[p.pid]["launches"] > 0 and
                   abs(work - departed[p.pid]["completed_ns"] * 1e-9) < 1e-6,
                   f"metrics, role {role}: {n} departed, {launched} launches, {work} s of GPU work")
-        check(sample(page, "tandem_departed_gpu_work_completed_seconds_total", role="batch-inference") > 0,
+        check(metric_value(page, "tandem_departed_gpu_work_completed_seconds_total", role="batch-inference") > 0,
               "the filler's completed GPU work counted")
-        check(sample(page, "tandem_process_launches_total", pid=train.pid) is None, "its per-process series are gone")
+        check(metric_value(page, "tandem_process_launches_total", pid=train.pid) is None, "its per-process series are gone")
         promtool = shutil.which("promtool")
         if promtool:
             r = subprocess.run([promtool, "check", "metrics"], input=page, capture_output=True, text=True)

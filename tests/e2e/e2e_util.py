@@ -3,12 +3,14 @@ prefix and daemon socket), starting examples with or without tandem, and checks 
 import atexit
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 # sizeof(struct tandem_client_page) (include/tandem/shm_abi.h): the size a test maps a client's
 # page with, as a hostile client would (e2e_shm_* checks the memfd has exactly this size).
@@ -93,16 +95,22 @@ class Env:
         return self.popen([os.path.join(self.build, "bin", exe), *args], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def daemon(self, policy="fill", **settings):
-        """tandemd with `policy`; keyword arguments are TANDEM_* settings for it."""
+    def daemon(self, policy="fill", metrics=False, log="warn", log_file=None, **settings):
+        """tandemd with `policy`; keyword arguments are TANDEM_* settings for it. `metrics`: with
+        its metrics endpoint on a free port, whose address is then self.metrics (metrics_page);
+        `log_file`: its log, at level `log`, written there."""
+        err = open(log_file, "w") if log_file else subprocess.PIPE
         d = self.popen([os.path.join(self.build, "bin", "tandemd"), "--foreground", "--socket", self.socket,
-                        "--log", "warn", "--policy", policy], env=dict(self.base, **settings),
-                       stderr=subprocess.PIPE, text=True)
-        for _ in range(100):
-            if os.path.exists(self.socket):
-                return d
-            time.sleep(0.05)
-        raise SystemExit("FAIL: tandemd did not start")
+                        "--log", log, "--policy", policy, *(["--metrics", "127.0.0.1:0"] if metrics else [])],
+                       env=dict(self.base, **settings), stderr=err, text=True)
+        if log_file:
+            err.close()
+        up = wait_for(lambda: os.path.exists(self.socket) and (not metrics or self.status()), 5)
+        if not up:
+            raise SystemExit("FAIL: tandemd did not start")
+        if metrics:
+            self.metrics = up["daemon"]["metrics"]
+        return d
 
     def status(self):
         out = subprocess.run([os.path.join(self.build, "bin", "tandemctl"), "status", "--json", "--socket", self.socket],
@@ -162,6 +170,24 @@ def finish(p, timeout=60):
     if p.returncode != 0:
         raise SystemExit(f"FAIL: {p.args[0]} exited with {p.returncode}: {err[-2000:]}")
     return last_json(out)
+
+
+def metrics_page(env):
+    """The text of the metrics endpoint of env's tandemd (Env.daemon(metrics=True))."""
+    with urllib.request.urlopen(f"http://{env.metrics}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def metric_value(page, name, **labels):
+    """The value of the one sample of `name` whose labels include `labels`, or None."""
+    for line in page.splitlines():
+        m = re.fullmatch(r"(\w+)(?:\{(.*)\})? (\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(have.get(k) == str(v) for k, v in labels.items()):
+            return float(m.group(3))
+    return None
 
 
 def wait_for(predicate, seconds=5.0):

@@ -37,7 +37,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_util import check, free_port, preload, run_case, slots_by_pid, wait_for  # noqa: E402
+from e2e_util import check, free_port, metric_value, metrics_page, preload, run_case, slots_by_pid, wait_for  # noqa: E402
 from engine_probe import EngineProbe, pool_free, process_mem, require_module  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -90,14 +90,18 @@ def setup(env, policy="fill"):
     smi = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"], env=env.base,
                          capture_output=True, text=True, timeout=30)
     check(smi.stdout.strip() == "16384", f"nvidia-smi outside tandem reports the whole GPU, 16384 MiB ({smi.stdout.strip()}{smi.stderr.strip()})")
-    # tandemd with its metrics endpoint on a free port.
-    env.popen([os.path.join(env.build, "bin", "tandemd"), "--foreground", "--socket", env.socket, "--log", "warn",
-               "--policy", policy, "--metrics", "127.0.0.1:0"], env=env.base)
-    status = wait_for(lambda: os.path.exists(env.socket) and env.status(), 5)
-    check(bool(status), "tandemd answers")
-    env.metrics = status["daemon"]["metrics"]
+    env.daemon(policy, metrics=True)
     model = os.path.join(env.tmp, "tiny-llama")
     return model, tiny_model.write(model)
+
+
+def child_pids(pid):
+    """The processes `pid` started (SGLang's scheduler and detokenizer among them)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found += [int(c) for c in f.read().split()]
+    return found
 
 
 def engine_slots(env, pids):
@@ -119,11 +123,8 @@ def check_departed(env, pid, launches_seen):
     print("departed:", json.dumps(record))
     check(record and record["role"] == "inference" and record["launches"] >= launches_seen > 0,
           f"tandemctl status still reports the killed scheduler {pid}: {record and record['launches']} launches (>= {launches_seen} seen while it ran)")
-    with urllib.request.urlopen(f"http://{env.metrics}/metrics", timeout=5) as r:
-        metrics = r.read().decode()
-    line = next((x for x in metrics.splitlines() if x.startswith("tandem_departed_launches_total")
-                 and 'role="inference"' in x and 'kind="compute"' in x), "")
-    check(line and float(line.split()[-1]) >= launches_seen, f"the metrics count its launches as departed ({line})")
+    counted = metric_value(metrics_page(env), "tandem_departed_launches_total", role="inference", kind="compute")
+    check(counted is not None and counted >= launches_seen, f"the metrics count its launches as departed ({counted})")
 
 
 def engine_case(env):
@@ -139,7 +140,7 @@ def engine_case(env):
     check(0.8 * room <= kv <= room, f"the KV cache ({kv / GiB:.2f} GiB) is sized inside mem_fraction_static x quota ({room / GiB:.2f} GiB)")
     check(engine.send("generate", timeout=300)["tokens"] == [16] * 8, "SGLang generates 8 x 16 tokens")
 
-    slots = engine_slots(env, set(ready["children"]))
+    slots = engine_slots(env, set(child_pids(engine.p.pid)))
     roles = {c["pid"]: c["role"] for c in env.status()["clients"]}
     print("engine processes:", {p: (roles.get(p), x["launches"]) for p, x in slots.items()})
     scheduler = max(slots, key=lambda p: slots[p]["launches"]) if slots else None
@@ -193,9 +194,7 @@ def server_case(env):
     check(up, f"the SGLang server answers /health\n{log_tail()}")
     out = post(port, "/generate", {"input_ids": PROMPTS, "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}}, 300)
     check([len(o["output_ids"]) for o in out] == [16] * 8, "/generate with token ids answers 8 x 16 tokens")
-    children = [int(c) for t in os.listdir(f"/proc/{server.pid}/task")
-                for c in open(f"/proc/{server.pid}/task/{t}/children").read().split()]
-    slots = engine_slots(env, set(children) | {server.pid})
+    slots = engine_slots(env, set(child_pids(server.pid)) | {server.pid})
     scheduler = max(slots, key=lambda p: slots[p]["launches"]) if slots else None
     pooled = (process_mem(env, scheduler) or {}).get("pool_bytes", 0)
     check(scheduler and pooled > 0, f"the server's scheduler {scheduler} holds {pooled / MiB:.0f} MiB of pooled chunks")

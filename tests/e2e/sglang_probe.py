@@ -10,7 +10,7 @@ sees, then does what stdin says, one command a line, printing one JSON line afte
 
 The first line: {"ready": seconds, "max_total_num_tokens", "kv_cache_bytes",
 "memory_capacity_mib" (what SGLang's own get_device_memory_capacity() answers: it runs
-`nvidia-smi --query-gpu=memory.total`), "pid", "children" (the engine's processes)}.
+`nvidia-smi --query-gpu=memory.total`), "pid"}.
 
 usage: sglang_probe.py MODEL_DIR JSON_ENGINE_ARGS
 """
@@ -18,22 +18,10 @@ import json
 import os
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "vllm"))
 import tiny_model  # noqa: E402
-
-
-def say(**record):
-    print(json.dumps(record), flush=True)
-
-
-def children(pid):
-    found = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            found += [int(c) for c in f.read().split()]
-    return found
+from probe_commands import answer_commands, say  # noqa: E402
 
 
 def main():
@@ -47,23 +35,18 @@ def main():
     tokens = engine.get_server_info()["max_total_num_tokens"]
     say(ready=round(time.monotonic() - t0, 1), max_total_num_tokens=tokens,
         kv_cache_bytes=tokens * tiny_model.kv_bytes_per_token(cfg), memory_capacity_mib=get_device_memory_capacity(),
-        pid=os.getpid(), children=children(os.getpid()))
+        pid=os.getpid())
     prompts = [[3 + i, 5, 7, 9] for i in range(8)]
     params = {"max_new_tokens": 16, "ignore_eos": True, "temperature": 0}
-    for line in sys.stdin:
-        command = line.strip()
-        try:
-            if command == "generate":
-                say(tokens=[len(o["output_ids"]) for o in engine.generate(input_ids=prompts, sampling_params=params)])
-            elif command == "quit":
-                engine.shutdown()
-                say(quit=True)
-                break
-            else:
-                say(error=f"unknown command {command!r}")
-        except Exception as e:  # the test judges the answer; the probe goes on
-            traceback.print_exc()
-            say(error=f"{type(e).__name__}: {e}"[:2000])
+
+    def generate():
+        return {"tokens": [len(o["output_ids"]) for o in engine.generate(input_ids=prompts, sampling_params=params)]}
+
+    def shutdown():
+        engine.shutdown()
+        return {"quit": True}
+
+    answer_commands({"generate": generate, "quit": shutdown})
 
 
 if __name__ == "__main__":  # SGLang starts its processes with spawn: they import this file

@@ -20,14 +20,10 @@ import json
 import os
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "vllm"))
 import tiny_model  # noqa: E402
-
-
-def say(**record):
-    print(json.dumps(record), flush=True)
+from probe_commands import answer_commands, say  # noqa: E402
 
 
 def nvml_memory():
@@ -55,29 +51,21 @@ def main():
     def generate():
         return [len(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
 
-    for line in sys.stdin:
-        command = line.strip()
-        try:
-            if command == "generate":
-                say(tokens=generate())
-            elif command == "sleep":
-                llm.sleep(level=1)
-                say(slept=True, mem_get_info=list(torch.cuda.mem_get_info()))
-            elif command == "wake":
-                llm.wake_up()
-                say(woke=True, mem_get_info=list(torch.cuda.mem_get_info()))
-            elif command == "loop":
-                say(looping=True)
-                while True:
-                    generate()
-            elif command == "quit":
-                say(quit=True)
-                break
-            else:
-                say(error=f"unknown command {command!r}")
-        except Exception as e:  # the test judges the answer; the probe goes on
-            traceback.print_exc()
-            say(error=f"{type(e).__name__}: {e}"[:2000])
+    def sleep():
+        llm.sleep(level=1)
+        return {"slept": True, "mem_get_info": list(torch.cuda.mem_get_info())}
+
+    def wake():
+        llm.wake_up()
+        return {"woke": True, "mem_get_info": list(torch.cuda.mem_get_info())}
+
+    def loop():
+        say(looping=True)
+        while True:
+            generate()
+
+    answer_commands({"generate": lambda: {"tokens": generate()}, "sleep": sleep, "wake": wake, "loop": loop,
+                     "quit": lambda: {"quit": True}})
     sys.stdout.flush()
     write_stats = getattr(ctypes.CDLL(None), "tandem_write_stats", None)  # libtandem's, when preloaded
     if write_stats:
