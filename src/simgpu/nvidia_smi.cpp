@@ -70,6 +70,13 @@ std::string field(const Nvml& n, void* device, unsigned index, const std::string
   return std::to_string(bytes >> 20) + (units ? " MiB" : "");
 }
 
+// A GPU index as -i gives it: digits only; -1 when it is not one.
+long parse_index(const char* text) {
+  char* end = nullptr;
+  long v = std::strtol(text, &end, 10);
+  return *text >= '0' && *text <= '9' && *end == '\0' ? v : -1;
+}
+
 int usage(const char* why) {
   std::fprintf(stderr, "%s\nusage: nvidia-smi -L | --query-gpu=FIELDS [--format=csv[,noheader][,nounits]] [-i INDEX]\n",
                why);
@@ -98,10 +105,12 @@ int main(int argc, char** argv) {
         else if (format[k] == "nounits") units = false;
         else return usage(("Invalid format option \"" + format[k] + "\".").c_str());
       }
-    } else if ((a == "-i" || a == "--id") && i + 1 < argc) {
-      only = std::strtol(argv[++i], nullptr, 10);
-    } else if (a.rfind("--id=", 0) == 0) {
-      only = std::strtol(a.c_str() + 5, nullptr, 10);
+    } else if (a == "-i" || a == "--id" || a.rfind("--id=", 0) == 0) {
+      bool joined = a.rfind("--id=", 0) == 0;
+      if (!joined && i + 1 >= argc) return usage("-i needs a GPU index.");
+      const char* id = joined ? a.c_str() + 5 : argv[++i];
+      only = parse_index(id);
+      if (only < 0) return usage(("Invalid GPU index \"" + std::string(id) + "\".").c_str());
     } else {
       return usage(("Invalid combination of input arguments: " + a).c_str());
     }

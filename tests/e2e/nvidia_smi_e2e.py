@@ -42,7 +42,8 @@ def main():
     disabled = run("--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0",
                    tandem={"TANDEM_MEM_LIMIT": "3G", "TANDEM_DISABLE": "1"})
     check(disabled.stdout.strip() == "8192", "with TANDEM_DISABLE=1, the device's")
-    for bad in (["--query-gpu=power.draw"], ["--query-gpu=memory.total", "--format=xml"], ["-i", "7", "-L"], ["--bogus"], []):
+    for bad in (["--query-gpu=power.draw"], ["--query-gpu=memory.total", "--format=xml"], ["-i", "7", "-L"],
+                ["-i", "x", "-L"], ["-L", "-i"], ["--bogus"], []):
         r = run(*bad)
         check(r.returncode == 2 and r.stderr.strip(), f"{bad} refused with exit 2: {r.stderr.strip().splitlines()[0] if r.stderr.strip() else ''}")
 
