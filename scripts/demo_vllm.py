@@ -161,7 +161,7 @@ def slo(env, seconds, out):
             print(f"{name:<32}{a:>9.2f}{b:>7.2f}{c:>9.2f}{d:>7.2f}{attained:>6.2f}{t:>10.3f}{n:>10}")
         print(f"  ({sharing}: latencies divided by Exclusive's TTFT {ex_ttft[0]:.1f}/{ex_ttft[1]:.1f} ms and TPOT "
               f"{ex_tpot[0]:.2f}/{ex_tpot[1]:.2f} ms (p50/p99); SLO: the requests whose TPOT met the target; finetuning "
-          f"by its {ex_train:.2f} steps/s alone)")
+              f"by its {ex_train:.2f} steps/s alone)")
     env.base.pop("SIMGPU_SHARING", None)
 
 
