@@ -31,7 +31,10 @@ How it works (docs/memory.md, "Micro-batches that give memory back"):
   `micro_batches` given) when the memory free under the quota (torch.cuda.mem_get_info(), which
   tandem answers with the quota's view) plus PyTorch's cached, unused memory holds the larger
   micro-batch's activations (the most device memory a micro-batch held after its forward, per
-  sample, times the larger micro-batch's samples) with a 25 % margin.
+  sample, times the larger micro-batch's samples) with a 25 % margin. An out-of-memory raises
+  that per-sample figure to what was available over the samples that failed: the forward does
+  not show the backward's temporaries, and the runner would otherwise regrow into the same
+  failure after every calm step.
 * Data parallel (torch.distributed initialized, world size > 1): pass the plain module, not a
   DistributedDataParallel wrapper. The ranks agree on k before every step (the largest k any
   rank wants, one all-reduce), so in steps without pressure every rank runs the same number of
@@ -148,7 +151,9 @@ class MicrobatchRunner:
         self._pressure_args = (0, 0)
         self._pressure_in_step = False
         self._calm = True            # the last step saw no pressure: regrowing is allowed
-        self._bytes_per_sample = 0   # the most device memory a micro-batch held after its forward, per sample
+        # Device memory per sample: the most a micro-batch held after its forward, or more where an
+        # out-of-memory showed it (_relieve)
+        self._bytes_per_sample = 0
         self._free_lock = threading.Lock()
         self._hooks = [m.register_forward_pre_hook(self._forward_check) for m in model.modules()]
         self._hooks += [p.register_hook(self._backward_check) for p in self.params]
@@ -296,6 +301,12 @@ class MicrobatchRunner:
         if phase == "oom":
             self._pressure_ns, self._pressure_args = time.monotonic_ns(), (0, 0)
         freed = self._free(wait=True)
+        if phase == "oom" and discarded:
+            # What a sample needs, learned from the failure: all the memory there was did not
+            # hold `discarded` samples. The forward's figure misses the backward's temporaries
+            # (cuBLAS's and cuDNN's workspaces on a GPU); without this the runner regrew into
+            # the same failure after every calm step (an H200: 278 times in 560 steps).
+            self._bytes_per_sample = max(self._bytes_per_sample, math.ceil(self._available() / discarded))
         if discarded:
             self.stats["discarded"] += 1
             self.stats["discarded_samples"] += discarded
@@ -329,6 +340,13 @@ class MicrobatchRunner:
         self.stats["released_bytes"] += freed
         return freed
 
+    def _available(self):
+        """Device memory this process could still use: free, plus what PyTorch caches unused."""
+        if not torch.cuda.is_initialized():
+            return 0
+        free, _total = torch.cuda.mem_get_info()
+        return free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+
     def _wanted_k(self):
         """This rank's k for the next step: the current one, or half of it when the memory is
         there again."""
@@ -337,9 +355,7 @@ class MicrobatchRunner:
             return self.k
         half = max(self.base_k, self.k // 2)
         need = self._bytes_per_sample * math.ceil(self._cap / half) * _REGROW_MARGIN
-        free, _total = torch.cuda.mem_get_info()
-        cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-        return half if free + cached >= need else self.k
+        return half if self._available() >= need else self.k
 
     # --- data parallel ---
 

@@ -20,6 +20,12 @@ holds its activations in GPU memory, 12 MiB per sample and layer, 8 samples a st
             and cuBLAS fails to allocate its handle for the backward (a RuntimeError, not an
             OutOfMemoryError); the runner takes it for out-of-memory, discards and trains with
             k = 2 instead of failing
+  regrow-oom  k = 1 asked, TANDEM_MEM_LIMIT=256M: the forward of a whole batch fits (192 MiB)
+            but its backward takes 128 MiB more, so k = 1 runs out of memory and k = 2 runs.
+            The runner estimates a sample's memory from the forward, so it would regrow to
+            k = 1 after every calm step and run out of memory again (as train.py did on an H200
+            beside a server: 278 times in 560 steps); an out-of-memory is evidence of what a
+            sample needs, so it runs out of memory once and stays at k = 2
   ddp       two ranks (gloo, CPU tensors) under libtandem: rank 1's quota is lowered in a
             forward; rank 1 shrinks in that step, both ranks run its k from the next step on
             (they agree before every step), regrow together once it is cleared, and end with
@@ -225,6 +231,17 @@ def library_oom_case(env):
           f"an allocation failure in the backward was taken for out-of-memory: discarded, k {r['k']} ({s})")
 
 
+def regrow_oom_case(env):
+    probe = Probe(env, ["--steps", "10", "--k", "1", "--backward-mib-per-sample", "16"], TANDEM_MEM_LIMIT="256M")
+    r = probe.expect("result")
+    probe.p.wait(timeout=30)
+    s = r["stats"]
+    print("k per step:", r["ks"], "runner:", json.dumps(s))
+    check(s["ooms"] == 1, f"one out-of-memory, not one each time k regrew ({s['ooms']} in {len(r['ks'])} steps)")
+    check(r["ks"][1:] == [2] * 9, f"k stayed 2 once k = 1 had run out of memory ({r['ks']})")
+    check(r["diff"] <= TOLERANCE, f"the parameters equal full-batch training's (relative {r['diff']:.2e})")
+
+
 def ddp_case(env):
     env.daemon()
     port = str(free_port())
@@ -279,6 +296,7 @@ def main():
     t0 = time.monotonic()
     try:
         {"plain": plain_case, "pressure": pressure_case, "oom": oom_case, "library-oom": library_oom_case,
+         "regrow-oom": regrow_oom_case,
          "ddp": ddp_case}[case](env)
     finally:
         env.kill_started()

@@ -17,7 +17,9 @@ from stdin before going on); {"event": "result", ...} last.
 
 usage: microbatch_probe.py REPO_ROOT [--steps N] [--batch B] [--k K] [--mib-per-sample M]
                            [--pause-at S,S] [--pause-in-backward S,S] [--sync-after S,S]
-                           [--no-gpu] [--ks K,K]
+                           [--no-gpu] [--ks K,K] [--backward-mib-per-sample M]
+  --backward-mib-per-sample M  the second Hold also takes M MiB per sample for a moment in its
+             backward: a step's peak the forward does not show
   --ks K,K   no training run of its own: one run per k (without pressure) against the reference
   Data parallel when RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are set (gloo, CPU tensors);
   --batch is then each rank's share of the global batch.
@@ -39,28 +41,34 @@ def emit(**kv):
 
 
 class _HoldFn(torch.autograd.Function):
-    """Identity; keeps a GPU buffer alive from the forward to the backward (an activation)."""
+    """Identity; keeps a GPU buffer alive from the forward to the backward (an activation), and
+    takes `backward_nbytes` more for a moment in the backward (a temporary the forward never
+    shows, as a GPU's backward kernels take workspaces)."""
 
     @staticmethod
-    def forward(ctx, x, nbytes):
+    def forward(ctx, x, nbytes, backward_nbytes):
         ctx.buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        ctx.backward_nbytes = backward_nbytes
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
+        if ctx.backward_nbytes:
+            temporary = torch.empty(ctx.backward_nbytes, dtype=torch.uint8, device="cuda")
+            del temporary
         del ctx.buf
-        return grad, None
+        return grad, None, None
 
 
 class Hold(torch.nn.Module):
-    def __init__(self, bytes_per_sample):
+    def __init__(self, bytes_per_sample, backward_bytes_per_sample=0):
         super().__init__()
-        self.bytes_per_sample = bytes_per_sample
+        self.bytes_per_sample, self.backward_bytes_per_sample = bytes_per_sample, backward_bytes_per_sample
 
     def forward(self, x):
         if not self.bytes_per_sample:
             return x
-        return _HoldFn.apply(x, x.shape[0] * self.bytes_per_sample)
+        return _HoldFn.apply(x, x.shape[0] * self.bytes_per_sample, x.shape[0] * self.backward_bytes_per_sample)
 
 
 class Pause(torch.nn.Module):
@@ -102,14 +110,15 @@ class _PauseFn(torch.autograd.Function):
         return grad, None
 
 
-def build_model(seed, bytes_per_sample, pause=None):
+def build_model(seed, bytes_per_sample, pause=None, backward_bytes_per_sample=0):
     torch.manual_seed(seed)
     # One Pause module at two places: it waits once a step, at the first place the step reaches
     # in the forward (the first Hold's activations are held then), or the first in the backward
     # (the last layer's gradients have been computed then; the next layer's are not).
     pause = [pause] if pause is not None else []
     return torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.Tanh(), Hold(bytes_per_sample), *pause,
-                               torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(), Hold(bytes_per_sample), *pause,
+                               torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
+                               Hold(bytes_per_sample, backward_bytes_per_sample), *pause,
                                torch.nn.Linear(HIDDEN, OUT))
 
 
@@ -153,6 +162,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--mib-per-sample", type=float, default=12)
+    ap.add_argument("--backward-mib-per-sample", type=float, default=0)
     ap.add_argument("--pause-at", default="")
     ap.add_argument("--pause-in-backward", default="")
     ap.add_argument("--sync-after", default="")
@@ -187,7 +197,7 @@ def main():
 
     pause = Pause((int(x) for x in a.pause_at.split(",") if x), (int(x) for x in a.pause_in_backward.split(",") if x))
     sync_after = {int(x) for x in a.sync_after.split(",") if x}
-    model = build_model(0, nbytes, pause)
+    model = build_model(0, nbytes, pause, int(a.backward_mib_per_sample * (1 << 20)))
     if world > 1:  # as DistributedDataParallel does: every rank starts from rank 0's parameters
         for p in model.parameters():
             torch.distributed.broadcast(p.data, 0)
