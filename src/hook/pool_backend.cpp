@@ -132,10 +132,14 @@ class RealPoolDriver final : public memory::PoolDriver {
     m->count = 0;
     spare_markers_.push_back(m);
   }
-  void synchronize() override {
+  // Not while a capture is open: synchronizing a context any of whose streams captures is
+  // invalid in every capture mode and invalidates the capture (CUDA's programming guide).
+  bool synchronize() override {
+    if (g_open_captures.load(std::memory_order_acquire) > 0) return false;
     uint64_t destroyed = stream_destructions();
-    g_real.cuCtxSynchronize();
+    if (g_real.cuCtxSynchronize() != CUDA_SUCCESS) return false;
     stream_registry_synchronized(destroyed);  // their work is done too
+    return true;
   }
 
  private:
@@ -382,7 +386,12 @@ memory::StreamTag pool_stream_tag(CUstream s, bool per_thread) noexcept {
 }
 
 // The fast path: no system call, no lock the progress thread takes, no daemon (chunk_pool.h).
+// While a capture is open the application's thread may be capturing in global mode (PyTorch
+// takes a segment while it captures a CUDA graph): the pool's own driver calls (a freed block's
+// markers asked, a received chunk's zero-fill waited for) are made in relaxed mode, else the
+// driver would invalidate the capture. Outside captures the scope costs one atomic load.
 CUdeviceptr pool_allocate(uint64_t bytes, const memory::StreamTag& stream) noexcept {
+  RelaxedCaptureScope relaxed;
   try {
     return g_pool->allocate(bytes, stream);
   } catch (...) {
@@ -396,6 +405,7 @@ bool pool_owns(CUdeviceptr ptr) noexcept { return g_state.load(std::memory_order
 
 bool pool_free(CUdeviceptr ptr, bool ordered, CUstream s, bool per_thread, uint64_t* bytes,
                const memory::StreamTag& tag) noexcept {
+  RelaxedCaptureScope relaxed;  // as pool_allocate
   try {
     return g_pool->free(ptr, ordered, s, per_thread, bytes, tag);
   } catch (...) {

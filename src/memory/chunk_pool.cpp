@@ -382,7 +382,7 @@ bool ChunkPool::free(uint64_t ptr, bool stream_ordered, void* stream, bool per_t
 
 void ChunkPool::synchronize_device() {
   uint64_t covered = free_seq_.load(std::memory_order_acquire);  // frees made before the synchronization
-  driver_.synchronize();
+  if (!driver_.synchronize()) return;
   syncs_.fetch_add(1, std::memory_order_relaxed);
   slow_calls_.fetch_add(1, std::memory_order_relaxed);
   raise_to(synced_seq_, covered);

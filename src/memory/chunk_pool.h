@@ -84,7 +84,9 @@ class PoolDriver {
   virtual void* record_all() { return nullptr; }
   virtual bool done(void* marker) = 0;  // errors count as done: the work will never run
   virtual void recycle(void* marker) = 0;
-  virtual void synchronize() = 0;  // all work of the process's context
+  // Waits for all work of the process's context; false when it may not now (a stream capture
+  // is open: a context's synchronization would invalidate it), and nothing is known finished.
+  virtual bool synchronize() = 0;
 };
 
 // A chunk handed over by tandemd: its descriptor (the pool closes it) and id.

@@ -216,6 +216,7 @@ SIM_API CUresult cuCtxGetDevice(CUdevice* dev) {
 
 SIM_API CUresult cuCtxSynchronize() {
   SIM_FAIL_POINT();
+  if (CUresult r = refuse_context_sync_during_capture()) return r;
   return synchronize_all();
 }
 

@@ -101,6 +101,16 @@ CUresult refuse_unsafe_call() {
   return unsafe_calls_prohibited() ? invalidate_capture(nullptr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) : CUDA_SUCCESS;
 }
 
+CUresult refuse_context_sync_during_capture() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  bool open = false;
+  for (Capture* c : g_captures) {
+    open = open || !c->invalidated;
+    c->invalidated = true;
+  }
+  return open ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
 void join_capture(Stream* s, Capture* c) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (s->capture || !c) return;

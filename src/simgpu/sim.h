@@ -391,6 +391,10 @@ bool unsafe_calls_prohibited();
 // refused, and the captures it would disturb invalidated, as the real driver does. CUDA_SUCCESS
 // where the call may go on.
 CUresult refuse_unsafe_call();
+// A context's synchronization while a stream of the process captures: invalid in every capture
+// mode (CUDA's programming guide: not "a device or context handle when any associated stream is
+// in capture mode"), refused and every open capture invalidated. CUDA_SUCCESS when none is open.
+CUresult refuse_context_sync_during_capture();
 // Joins stream `s` to `c` (fork/join capture through events).
 void join_capture(Stream* s, Capture* c);
 void record_into_capture(Stream* s, const Op& op);

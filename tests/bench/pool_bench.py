@@ -52,7 +52,7 @@ def handover(env, image, mib, rounds, chunk_mib):
             infer = pool_e2e.probe(env, image, "take", mib, role="inference", TANDEM_MEM_WATERMARK="")
             out, err = infer.communicate(timeout=120)
             assert infer.returncode == 0, err
-            took.append(float(out.split()[-1]))
+            took.append(pool_e2e.taken(out)[0])
             daemon_ms.append(env.status()["gpus"][0]["pool"]["handover_last_ms"])
             stats = json.load(open(os.path.join(env.tmp, f"stats-{infer.pid}.json")))["memory"]["pool"]
             calls.append(stats["driver_calls"])

@@ -131,6 +131,11 @@ int main(int argc, char** argv) {
     CHECK(beside_capture(true, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, query) == fine);
     CHECK(beside_capture(false, CU_STREAM_CAPTURE_MODE_RELAXED, query) == fine);
     CHECK(beside_capture(true, CU_STREAM_CAPTURE_MODE_RELAXED, sync) == fine);
+    // The context's synchronization is refused in every mode: it would wait for the capture.
+    auto context_sync = [](CUevent, CUstream) { return cuCtxSynchronize(); };
+    CHECK(beside_capture(false, CU_STREAM_CAPTURE_MODE_RELAXED, context_sync) == refused);
+    CHECK(beside_capture(true, CU_STREAM_CAPTURE_MODE_RELAXED, context_sync) == refused);
+    CK(cuCtxSynchronize());  // no capture open: fine
   } else if (check == "graph_memory") {
     // As on a GPU (CUDA Programming Guide, "Graph Memory Nodes": a graph allocation's address is
     // assigned when its node is made, its lifetime begins when the GPU reaches the node): with

@@ -27,6 +27,7 @@ struct FakeDriver : PoolDriver {
   bool can_create = true;
   size_t capacity = SIZE_MAX;  // chunks the "GPU" can hold at once
   int syncs = 0;
+  bool refuse_sync = false;  // as the hook's driver while a stream capture is open
   std::set<uint64_t> live_handles;
   std::vector<std::pair<uint64_t, uint64_t>> zeroed;  // zero-filled: address, bytes
   std::vector<std::pair<uint64_t, uint64_t>> opened;  // made read-write: address, bytes
@@ -56,9 +57,11 @@ struct FakeDriver : PoolDriver {
     markers.erase(std::find(markers.begin(), markers.end(), m));
     delete static_cast<FakeMarker*>(m);
   }
-  void synchronize() override {
+  bool synchronize() override {
+    if (refuse_sync) return false;
     ++syncs;
     for (FakeMarker* m : markers) m->done = true;
+    return true;
   }
   void finish_all_work() {
     for (FakeMarker* m : markers) m->done = true;
@@ -209,6 +212,20 @@ TEST_CASE("pool: a freed block is reused only after the GPU finished the work qu
     REQUIRE(e == c);             // only a synchronization could free c
     REQUIRE(driver.syncs == 1);
     REQUIRE(pool.allocate(kChunk) == 0);  // nothing left anywhere: out of memory
+  }
+
+  SECTION("a synchronization the driver cannot make (a capture is open) finishes nothing") {
+    REQUIRE(pool.free(c, false, nullptr, false, nullptr));
+    driver.can_create = false;
+    daemon.is_linked = false;
+    driver.finish_all_work();
+    REQUIRE(pool.allocate(kChunk));       // b's chunk
+    driver.refuse_sync = true;
+    REQUIRE(pool.allocate(kChunk) == 0);  // c may still be written: out of memory, not c
+    REQUIRE(driver.syncs == 0);
+    driver.refuse_sync = false;           // the capture ended
+    REQUIRE(pool.allocate(kChunk) == c);
+    REQUIRE(driver.syncs == 1);
   }
   require_consistent(pool);
 }

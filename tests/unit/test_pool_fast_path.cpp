@@ -38,7 +38,10 @@ struct CountingDriver : PoolDriver {
   void* record(void*, bool) override { return ++calls, this; }
   bool done(void*) override { return ++calls, true; }
   void recycle(void*) override {}
-  void synchronize() override { ++calls; }
+  bool synchronize() override {
+    ++calls;
+    return true;
+  }
 };
 
 // tandemd, whose answer to a release can be held back (a slow socket, a busy daemon).
