@@ -7,8 +7,12 @@ usage: demo_memory_pytorch.py BUILD_DIR OUT_DIR SECONDS [TRACE ...]   (traces: l
 Training: examples/pytorch/train.py, one step of --batch samples run through tandem_microbatch's
 runner (--micro-batches 1: it gives live memory back when asked, and goes on with more, smaller
 micro-batches when memory is short). Inference: examples/pytorch/model_server.py, six models of
-96 MiB loaded on first request and released after T_idle (1 s) without requests, the trace's
-arrivals, a 100 ms latency target. Both run on PyTorch's stream-ordered backend
+96 MiB loaded on first request and released after T_idle without requests, the trace's
+arrivals, a 100 ms latency target. T_idle and the watermark W come, per trace, from SIRIUS's
+queueing model (examples/pytorch/sirius_model.py) for TANDEM_DEMO_TARGET_COMPLIANCE (0.95) of
+requests within the target, with the service and cold-start times the server measures alone
+first on this machine (calibrate()), never below 1 s and 64 MiB (the model's queue per model
+makes its T_idle a lower bound for a server with one queue). Both run on PyTorch's stream-ordered backend
 (TANDEM_MEM_TORCH_BACKEND=async), under libtandem.so beside tandemd in every configuration; only
 how memory is shared differs:
 
@@ -65,8 +69,16 @@ CONFIGS = {
 # of 640 peaks at about 490 MiB of tensors at k = 1 (torch.cuda.max_memory_allocated, alone).
 TRAIN = ["--seconds", "100000", "--replays", "0", "--batch", "640", "--dim", "128", "--micro-batches", "1",
          "--gpu-ms", "40", "--kernel-ms", "0.25", "--sleep-ms", "1", "--warmup-steps", "1", "--log-steps"]
-SERVER = ["--models", "6", "--model-mb", "96", "--interval-s", "2", "--slo-ms", str(SLO_MS), "--idle-ms", "1000",
+SERVER = ["--models", "6", "--model-mb", "96", "--interval-s", "2", "--slo-ms", str(SLO_MS),
           "--log-events", "--tandem-requests"]
+# SIRIUS's T_idle and W per trace: the queueing model's smallest pair that reaches this share of
+# requests within the SLO (calibrate()), never below the fixed pair. The model takes each model's
+# requests as a queue of its own, but this server answers all models' requests in one queue, so
+# a cold start delays the other models' requests too: the model's T_idle is a lower bound here.
+# Taken as it is, its 142 ms on HEAVY (102 requests/s) let the server's queue collapse behind
+# cold starts (Infer-only: 0.3% within the target, against 93% with 1 s).
+TARGET = float(os.environ.get("TANDEM_DEMO_TARGET_COMPLIANCE", "0.95"))
+FIXED_IDLE_MS, FIXED_WATERMARK_MB = 1000, 64
 
 
 class Program:
@@ -134,12 +146,37 @@ def handover_figures(port):
     return int(total), bound(0.5), bound(0.99)
 
 
-def run(build, out, name, trace, seconds, rate_scale):
+def calibrate(build, out, trace, seconds, rate_scale):
+    """T_idle (ms) and W (MiB) for the trace from SIRIUS's queueing model: model_server.py alone
+    under libtandem (1 GiB) measures its service and cold-start times on this machine and asks
+    sirius_model.py for the smallest pair that reaches TARGET within the SLO at the trace's mean
+    rate (the fixed-timer variant: the server's timer is exact). Never below 1 s and 64 MiB."""
+    env = dict(os.environ, TANDEM_MEM_LIMIT="1G", TANDEM_MEM_TORCH_BACKEND="async",
+               LD_PRELOAD=os.path.join(build, "lib", "libtandem.so"))
+    server = Program([os.path.join(EXAMPLES, "model_server.py"), *SERVER, "--trace", trace, "--seconds", str(seconds),
+                      "--rate-scale", str(rate_scale), "--target-compliance", str(TARGET), "--timer-model", "fixed"],
+                     env, f"{trace}-calibration", out)
+    chosen = (server.first("sirius_model", 300) or {}).get("sirius_model") or {}
+    server.stop()
+    if not chosen.get("feasible"):
+        print(f"demo memory pytorch: {trace}: no T_idle and W reach {TARGET} in the queueing model; "
+              f"T_idle {FIXED_IDLE_MS} ms, W {FIXED_WATERMARK_MB} MiB", flush=True)
+        return FIXED_IDLE_MS, FIXED_WATERMARK_MB, chosen
+    idle_ms, watermark_mb = max(int(chosen["idle_ms"]), FIXED_IDLE_MS), max(int(chosen["watermark_mb"]), FIXED_WATERMARK_MB)
+    print(f"demo memory pytorch: {trace}: the queueing model: T_idle {chosen['idle_ms']} ms, W {chosen['watermark_mb']} "
+          f"MiB (service {chosen['measured_service_ms']} ms, cold start {chosen['measured_load_ms']} ms, "
+          f"{chosen['rate']} requests/s, predicted compliance {chosen['compliance']}); used: T_idle {idle_ms} ms, "
+          f"W {watermark_mb} MiB", flush=True)
+    return idle_ms, watermark_mb, chosen
+
+
+def run(build, out, name, trace, seconds, rate_scale, idle_ms=FIXED_IDLE_MS, watermark_mb=FIXED_WATERMARK_MB):
     train_quota, server_quota, pool, switch = CONFIGS[name]
     tag = f"{trace}-{name.replace('/', '-').replace(' ', '-')}"
     sock, port = os.path.join(out, f"{tag}.sock"), free_port()
     shared = dict(os.environ, TANDEM_SOCKET=sock, TANDEM_MEM_TORCH_BACKEND="async", TANDEM_MEM_CHUNK="32M",
-                  TANDEM_MEM_WATERMARK="64M", LD_PRELOAD=os.path.join(build, "lib", "libtandem.so"))
+                  TANDEM_MEM_WATERMARK=f"{watermark_mb}M",
+                  LD_PRELOAD=os.path.join(build, "lib", "libtandem.so"))
     if pool:
         shared["TANDEM_MEM_POOL"] = "1"
     with open(os.path.join(out, f"{tag}-tandemd.log"), "w") as log:
@@ -179,7 +216,8 @@ def run(build, out, name, trace, seconds, rate_scale):
         env = dict(shared, TANDEM_ROLE="inference", TANDEM_MEM_LIMIT=server_quota,
                    TANDEM_STATS_FILE=os.path.join(out, f"{tag}-server-stats.json"))
         server = Program([os.path.join(EXAMPLES, "model_server.py"), *SERVER, "--trace", trace, "--seconds",
-                          str(seconds), "--rate-scale", str(rate_scale)], env, f"{tag}-server", out,
+                          str(seconds), "--rate-scale", str(rate_scale), "--idle-ms", str(idle_ms)], env,
+                         f"{tag}-server", out,
                          taskswitch if switch else None)
         ready = server.first("ready", 300)
         if not ready:
@@ -222,8 +260,10 @@ def compliance(served):
 def report(trace, results):
     alone_t = results["Train-only"]["train"]["samples_per_s"] or 1.0
     alone_c = compliance(results["Infer-only"]["server"])
+    chosen = results["sirius_model"]
     print(f"\ntrace {trace.upper()}: {results['Infer-only']['server']['requests']} requests to Infer-only "
-          f"(mean {results['Infer-only']['server']['rate']:.1f}/s); SLO {SLO_MS} ms")
+          f"(mean {results['Infer-only']['server']['rate']:.1f}/s); SLO {SLO_MS} ms; T_idle {chosen['idle_ms']} ms, "
+          f"W {chosen['watermark_mb']} MiB")
     print(f"{'configuration':<14}{'training':>9}{'p99 ms':>9}{'SLO':>7}{'x Infer':>9}{'cold':>6}{'failed':>8}"
           f"{'handovers':>11}{'p50 ms':>8}{'p99 ms':>8}")
     for name in CONFIGS:
@@ -259,7 +299,8 @@ def scenario(build, out, seconds, traces=TRACES):
     alone = None
     everything = {}
     for trace in traces:
-        results = {}
+        idle_ms, watermark_mb, model = calibrate(build, out, trace, seconds, rate_scale)
+        results = {"sirius_model": {"model": model, "idle_ms": idle_ms, "watermark_mb": watermark_mb}}
         for i, name in enumerate(CONFIGS):
             if only and name not in only and name not in ("Infer-only", "Train-only"):
                 results[name] = {}
@@ -268,7 +309,7 @@ def scenario(build, out, seconds, traces=TRACES):
                 results[name] = alone
                 continue
             print(f"demo memory pytorch: {trace} {i + 1}/{len(CONFIGS)} {name}", flush=True)
-            results[name] = run(build, out, name, trace, seconds, rate_scale)
+            results[name] = run(build, out, name, trace, seconds, rate_scale, idle_ms, watermark_mb)
             if name == "Train-only":
                 alone = results[name]
         everything[trace] = results

@@ -17,6 +17,11 @@ T_idle, evicted least recently used first).
              idle for T_idle are released and their memory returns (tandemctl mem's bytes in
              use drop); a load that runs out of memory evicts the least recently used model;
              every request is answered, and with --tandem-requests tandemd counts each one.
+  calibrated  --target-compliance: the server measures its service and cold-start times and takes
+             T_idle from the queueing model (what scripts/demo_memory_pytorch.py relies on): the
+             figures it prints are positive, the T_idle it used is the model's answer for them,
+             and the model reaches the target there while 1 ms less does not; a target no
+             setting reaches (an SLO below a request's time) exits with status 2, saying so.
   pipelined  the first request after a pipelined load is answered sooner than after
              load-then-run, the two alternating in one run (a time ratio).
 
@@ -205,6 +210,34 @@ def serve(env):
           f"p99 {summary['p99_ms']} ms)")
 
 
+def calibrated(env):
+    require_torch()
+    # A 10 ms target: a request that meets a cold start (a 32 MiB load, about 27 ms here) misses
+    # it, so reaching 0.9 takes a T_idle that keeps models loaded.
+    args = [example("model_server.py"), "--models", "2", "--model-mb", "32", "--rate", "6", "--seconds", "3",
+            "--slo-ms", "10", "--timer-model", "fixed"]
+    r, p = run(env, [*args, "--target-compliance", "0.9"], tandem=True, TANDEM_ROLE="inference")
+    chosen = last_json("\n".join(l for l in p.stdout.splitlines() if "sirius_model" in l))["sirius_model"]
+    print("model:", json.dumps(chosen))
+    check(chosen["feasible"] and chosen["measured_service_ms"] > 0 and chosen["measured_load_ms"] > 10,
+          f"the server measured its service and cold-start times ({chosen})")
+    check(chosen["idle_ms"] > 0, f"a cold start misses the target, so models stay loaded a while ({chosen['idle_ms']} ms)")
+    check(r["idle_ms"] == chosen["idle_ms"] and r["watermark_mb"] == chosen["watermark_mb"],
+          f"the server ran with the T_idle and W it printed ({r['idle_ms']} ms, {r['watermark_mb']} MiB)")
+    # The printed inputs are rounded to 3 decimals: the model's answer for them is the same
+    # within a percent.
+    again = sm.search(chosen["rate"], chosen["measured_service_ms"], chosen["measured_load_ms"], 32, 2, 10, 0.9,
+                      timer="fixed")
+    check(abs(again["idle_ms"] - r["idle_ms"]) <= max(2, 0.01 * r["idle_ms"]) and again["watermark_mb"] == r["watermark_mb"],
+          f"they are the queueing model's for what the server measured (the model: {again['idle_ms']} ms, "
+          f"{again['watermark_mb']} MiB, compliance {again['compliance']})")
+    e = dict(env.base, LD_PRELOAD=os.path.join(env.build, "lib", "libtandem.so"))
+    p = subprocess.run([PYTHON, *args[:-4], "--slo-ms", "0.01", "--timer-model", "fixed", "--target-compliance", "0.9"], env=e,
+                       capture_output=True, text=True, timeout=240)
+    check(p.returncode == 2 and "no T_idle and W reach" in p.stderr,
+          f"an unreachable target exits with status 2 and says so ({p.returncode}: {p.stderr.strip()[-300:]})")
+
+
 def pipelined(env):
     require_torch()
     # Copies at 1 GB/s (SIMGPU_PCIE_GBPS takes whole GB/s; 16.8 ms per layer of 16 MiB) and 16 ms
@@ -225,5 +258,5 @@ def pipelined(env):
 
 if __name__ == "__main__":
     t0 = time.monotonic()
-    run_case({"queueing": queueing, "serve": serve, "pipelined": pipelined})
+    run_case({"queueing": queueing, "serve": serve, "calibrated": calibrated, "pipelined": pipelined})
     print(f"model server e2e {sys.argv[2]}: ok ({time.monotonic() - t0:.0f} s)")
