@@ -8,8 +8,9 @@
 #  NVIDIA's MPS control daemon is installed, one started for the check: live SM partitions
 #  (green contexts) with the stream-order fixture, and the slo benchmark's live, split and
 #  duty-cycle configurations, 7. memory: the pool's e2e cases on the real driver (safe reuse,
-#  a killed holder's chunks, a daemon restart, the handover's wake-up, the fast path), the pool
-#  benchmark (allocation latency, handover request to usable), PyTorch's allocators side by side
+#  pooled allocations inside a stream capture, a killed holder's chunks, a daemon restart, the
+#  handover's wake-up, the fast path), the pool benchmark (allocation latency, handover request
+#  to usable), PyTorch's allocators side by side
 #  (torch_alloc_bench), PyTorch on the pool (torch_memory allocator) and the PyTorch memory
 #  scenario on the LIGHT trace (Exclusive, static 50/50, tandem).
 # PyTorch: the project's venv, else a python3 that imports torch (TANDEM_TEST_PYTHON).
@@ -30,7 +31,6 @@ done
 for step in ${only//,/ }; do
   case "$step" in core|fill|mps|memory) ;; *) echo "gpu-check: unknown step '$step' (core, fill, mps, memory)" >&2; exit 2 ;; esac
 done
-wanted() { [[ ",$only," == *",$1,"* ]]; }
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check" >&2
   exit 1
@@ -43,6 +43,7 @@ real_lib=$(ldconfig -p | awk '/libcuda.so.1 .*x86-64|libcuda.so.1 .*AArch64/{pri
 [ -n "$real_lib" ] || real_lib=$(ls /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null | head -1)
 real_dir=$(dirname "$real_lib")
 echo "== GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); driver dir $real_dir"
+fatbin=$(ls build/tests/fixtures/*.fatbin 2>/dev/null | head -1 || true)  # the fixtures' kernels
 
 torch_python=""
 if [ -x .venv/bin/python ] && .venv/bin/python -c 'import torch' 2>/dev/null; then torch_python=$PWD/.venv/bin/python
@@ -56,7 +57,6 @@ check_core() {
   tail -15 "$out/ctest.txt"
 
   echo "== launch overhead (real driver)"
-  fatbin=$(ls build/tests/fixtures/*.fatbin 2>/dev/null | head -1 || true)
   if [ -n "$fatbin" ]; then
     build/bench/launch_overhead --driver "$real_dir/libcuda.so.1" --tandem build/lib/libtandem.so \
       --module "$fatbin" --kernel spin_kernel --rounds 500 --batch 200 | tee "$out/launch_overhead.json" ||
@@ -118,15 +118,13 @@ check_mps() {
 
 check_memory() {
   echo "== memory: the pool's cases on the real driver"
-  local image
-  image=$(ls build/tests/fixtures/*.fatbin 2>/dev/null | head -1 || true)
-  for case in self markers churn pollution crash restart wake fastpath; do
-    TANDEM_E2E_REAL_DRIVER=1 timeout 90 python3 tests/e2e/pool_e2e.py build "$image" "$case" > "$out/pool-$case.txt" 2>&1 ||
+  for case in self markers churn pollution capture crash restart wake fastpath; do
+    TANDEM_E2E_REAL_DRIVER=1 timeout 90 python3 tests/e2e/pool_e2e.py build "$fatbin" "$case" > "$out/pool-$case.txt" 2>&1 ||
       failed="$failed pool-$case"
     echo "pool $case: $(tail -1 "$out/pool-$case.txt")"
   done
   echo "== memory: the pool benchmark (256 MiB handovers, 10 rounds per chunk size)"
-  TANDEM_E2E_REAL_DRIVER=1 timeout 240 python3 tests/bench/pool_bench.py build "$image" 256 10 2>&1 |
+  TANDEM_E2E_REAL_DRIVER=1 timeout 240 python3 tests/bench/pool_bench.py build "$fatbin" 256 10 2>&1 |
     tee "$out/pool-bench.txt" || failed="$failed pool-bench"
   [ -n "$torch_python" ] || { echo "PyTorch not installed: its memory checks skipped"; return; }
   echo "== memory: PyTorch's allocators side by side"
