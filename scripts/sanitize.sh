@@ -4,9 +4,11 @@
 # tandemd, tandemctl, the unit tests, the fixtures and the simulated driver are sanitized.
 # The fixtures preload the normal build's libtandem.so behind ASan's runtime (a sanitized
 # libtandem.so crashes there; docs/sanitizers.md), so run scripts/setup.sh first (test.sh
-# does). Extra arguments go to both ctest runs.
+# does). Extra arguments go to both ctest runs; --build-only first: build, run nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
 # ccache, where there is one, makes a rebuild after a small change take seconds.
 launcher=$(command -v ccache >/dev/null && echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" || true)
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
@@ -18,6 +20,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCUDA_HOME="$cuda_home" \
 # Only what the selected tests run: the whole tree sanitized would cost the build minutes.
 cmake --build build-asan -j"$(nproc)" --target tandem_unit_tests tandemd tandemctl simgpu \
   fixture_mem_quota fixture_pool_probe
+[ "$build_only" = 0 ] || exit 0
 libtandem=$PWD/build/lib/libtandem.so
 [ -f "$libtandem" ] || { echo "sanitize: $libtandem is missing: run scripts/setup.sh first" >&2; exit 1; }
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

@@ -57,7 +57,8 @@ fi
 # The wheels this venv shares with the project's other venvs keep one copy on disk.
 others=()
 for v in .venv .venv-vllm .venv-sglang; do
-  if [ "$v" != "$venv" ] && [ -d "$v" ]; then others+=("$v"); fi
+  # Complete ones only (their stamp written): the test command installs them side by side.
+  if [ "$v" != "$venv" ] && [ -f "$v/.tandem-requirements" ]; then others+=("$v"); fi
 done
 if [ ${#others[@]} -gt 0 ]; then say "$(python3 scripts/venv_hardlink.py "$venv" "${others[@]}")"; fi
 cp "$requirements" "$stamp"

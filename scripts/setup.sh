@@ -6,10 +6,16 @@
 # --quiet: instead of CMake's output, a line when the build starts and one per tenth of it, on
 # stderr (the full output goes to build/setup.log, shown on failure): the demo's first run
 # builds for minutes, and it should say so.
+# --packages: only the Debian packages (the test command then builds while the venvs install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-quiet=0
-[ "${1:-}" = --quiet ] && quiet=1
+quiet=0 packages_only=0
+case "${1:-}" in
+  --quiet) quiet=1 ;;
+  --packages) packages_only=1 ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--quiet|--packages]" >&2; exit 2 ;;
+esac
 
 packages="build-essential cmake catch2 libfmt-dev nlohmann-json3-dev libunwind-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3 python3-pip python3-matplotlib valgrind passwd dpkg-dev systemd python3-seccomp prometheus ${TANDEM_EXTRA_PACKAGES:-}"
 missing=""
@@ -29,6 +35,7 @@ if [ -n "$missing" ]; then
     exit 1
   fi
 fi
+[ "$packages_only" = 0 ] || exit 0
 
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$cuda_home/include/cuda.h" ]; then

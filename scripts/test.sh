@@ -7,21 +7,42 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # podman, runc and mmdebstrap for the real-container test (e2e_containers_*, docs/kubernetes.md).
-TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON ${TANDEM_CMAKE_ARGS:-}" \
-  TANDEM_EXTRA_PACKAGES="clang libclang-rt-dev podman runc mmdebstrap" scripts/setup.sh
-# PyTorch for the e2e_torch_* tests (.venv/; fast when already there). If it cannot be created
-# those tests are skipped and say why; everything else still runs.
-scripts/setup-venv.sh || echo "test: the PyTorch venv could not be created; the PyTorch tests will be skipped" >&2
-# vLLM for the e2e_vllm_* tests (.venv-vllm/, 9.4 GB; its own torch). The same: skipped with a
-# reason when it cannot be created. TANDEM_TEST_VLLM=0 skips creating it.
-if [ "${TANDEM_TEST_VLLM:-1}" != 0 ]; then
-  scripts/setup-venv.sh --vllm || echo "test: the vLLM venv could not be created; the vLLM tests will be skipped" >&2
+TANDEM_EXTRA_PACKAGES="clang libclang-rt-dev podman runc mmdebstrap" scripts/setup.sh --packages
+sanitizers=0
+if [ $# -eq 0 ] && [ "${TANDEM_TEST_SANITIZERS:-1}" != 0 ]; then sanitizers=1; fi
+# The venvs for the framework tests, installed side by side in the background while tandem and
+# the sanitizer and fuzzer builds compile: an install is mostly one core's unpacking, so one
+# after the other they left the second core idle for ten minutes. Each writes its log into
+# build/, shown once it ended. One that cannot be created skips its tests, which say why;
+# everything else still runs.
+#   PyTorch (.venv/): the e2e_torch_* tests.
+#   vLLM (.venv-vllm/, 9.4 GB, its own torch): e2e_vllm_*; TANDEM_TEST_VLLM=0 skips it.
+#   SGLang (.venv-sglang/, about 4 GB more on disk, its own torch): e2e_sglang_*;
+#   TANDEM_TEST_SGLANG=0 skips it.
+mkdir -p build
+declare -A venv_pid
+start_venv() {  # NAME [setup-venv.sh's flag]: in a process group of its own (pip's with it)
+  setsid scripts/setup-venv.sh "${@:2}" >"build/setup-venv-$1.log" 2>&1 &
+  venv_pid[$1]=$!
+}
+# A failed build, or ^C, leaves no install running.
+trap 'for pid in "${venv_pid[@]}"; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
+start_venv PyTorch
+[ "${TANDEM_TEST_VLLM:-1}" = 0 ] || start_venv vLLM --vllm
+[ "${TANDEM_TEST_SGLANG:-1}" = 0 ] || start_venv SGLang --sglang
+TANDEM_CMAKE_ARGS="-DTANDEM_WERROR=ON ${TANDEM_CMAKE_ARGS:-}" scripts/setup.sh
+if [ "$sanitizers" = 1 ]; then
+  scripts/sanitize.sh --build-only
+  scripts/fuzz.sh --build-only
 fi
-# SGLang for the e2e_sglang_* tests (.venv-sglang/, about 4 GB more on disk; its own torch). The
-# same; TANDEM_TEST_SGLANG=0 skips creating it.
-if [ "${TANDEM_TEST_SGLANG:-1}" != 0 ]; then
-  scripts/setup-venv.sh --sglang || echo "test: the SGLang venv could not be created; the SGLang tests will be skipped" >&2
-fi
+for name in PyTorch vLLM SGLang; do
+  [ -n "${venv_pid[$name]:-}" ] || continue
+  status=0
+  wait "${venv_pid[$name]}" || status=$?
+  cat "build/setup-venv-$name.log"
+  [ "$status" = 0 ] || echo "test: the $name venv could not be created; the $name tests will be skipped" >&2
+done
+trap - EXIT
 # The simulated GPU's shared segments of earlier runs of this build (fixed names for
 # tests/simgpu, tagged with the build directory) and of killed tests (named after a pid no
 # longer running): one left by a killed process may name an owner whose pid is alive again, and
@@ -55,7 +76,7 @@ if ! ctest --test-dir build --output-on-failure -j2 "$@"; then
     failed=$(cut -d: -f2 build/Testing/Temporary/LastTestsFailed.log)
   done
 fi
-if [ $# -eq 0 ] && [ "${TANDEM_TEST_SANITIZERS:-1}" != 0 ]; then
+if [ "$sanitizers" = 1 ]; then
   scripts/sanitize.sh
   scripts/fuzz.sh
 fi
