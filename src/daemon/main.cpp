@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   std::string partition = tandem::setting_text(SettingId::TANDEM_SLO_PARTITION);
   sp.slo.live_partition = partition == "auto" ? -1 : partition == "off" ? 0 : std::atoi(partition.c_str());
   sp.zico = setting_bool(SettingId::TANDEM_ZICO);
+  sp.zico_profile_ns = ns(SettingId::TANDEM_ZICO_PROFILE_MS);
   tandem::MemorySize zico_budget;
   if (tandem::parse_memory_size(tandem::setting_text(SettingId::TANDEM_ZICO_BUDGET), zico_budget) && !zico_budget.empty) {
     sp.zico_budget_bytes = zico_budget.is_percent ? 0 : zico_budget.bytes;

@@ -66,7 +66,7 @@ uint64_t ZicoPolicy::trough_to_publish(const Job& j, bool gating) const {
 void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, uint64_t budget_bytes,
                       std::vector<ZicoDecision>& decisions) {
   decisions.clear();
-  // Newcomers hold the others for at most kProfileHoldNs of every window, together: a job
+  // Newcomers hold the others for at most profile_ns_ of every window, together: a job
   // that re-registers is a newcomer again, but the allowance is the GPU's.
   if (!profile_window_ns_ || now_ns - profile_window_ns_ >= kProfileWindowNs) {
     profile_window_ns_ = now_ns;
@@ -77,7 +77,7 @@ void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, u
   });
   if (profiled && last_step_ns_ && now_ns > last_step_ns_) profile_hold_ns_ += now_ns - last_step_ns_;
   last_step_ns_ = now_ns;
-  newcomers_may_hold_ = profile_hold_ns_ < kProfileHoldNs;
+  newcomers_may_hold_ = profile_hold_ns_ < profile_ns_;
   std::set<int> present;
   for (const ZicoSample& s : samples) present.insert(s.slot);
   std::erase_if(jobs_, [&](const auto& entry) { return !present.count(entry.first); });
@@ -107,7 +107,7 @@ void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, u
     else if (!j.waiting_since_ns) j.waiting_since_ns = now_ns;
     // Profiling that shows no iterations in time: a constant use, never held.
     uint64_t profiling_since = j.profile_granted_ns ? j.profile_granted_ns : j.first_seen_ns;
-    if (profiling(j) && now_ns - profiling_since > kProfileTimeoutNs && (j.profile_granted_ns || !j.waiting))
+    if (profiling(j) && now_ns - profiling_since > profile_ns_ && (j.profile_granted_ns || !j.waiting))
       j.unshaped = true;
   }
   const bool gating = jobs_.size() >= 2;

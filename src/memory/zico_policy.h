@@ -8,15 +8,15 @@
 //
 // Profiling (Zico's first phase): a job whose curve is not known yet waits at its first
 // iteration until the others are between iterations, then runs while they wait, until its
-// curve is learned (a few iterations). A job that shows no iterations within
-// kProfileTimeoutNs is taken as a constant use at its peak and never held again.
+// curve is learned (a few iterations). A job that shows no iterations within profile_ns
+// (TANDEM_ZICO_PROFILE_MS) is taken as a constant use at its peak and never held again.
 // With one training job on the GPU nothing is held.
 //
 // What a job claims is its own page (docs/security.md), so a job holds the others only by what
 // it has shown: a learned curve whose iterations start under permits (a job that starts most
 // of its iterations without one, kUnruly of them or more, does not wait as the others do), or a
 // newcomer's profiling once it waited for it, all newcomers of the GPU together for at most
-// kProfileHoldNs in every kProfileWindowNs (re-registering does not renew it). Any other job is
+// profile_ns in every kProfileWindowNs (re-registering does not renew it). Any other job is
 // a constant use at its peak: the others are predicted beside it but never wait for it, and
 // when an iteration cannot fit beside such constants at all (a job claiming the whole GPU),
 // waiting could not help: they are left out of its prediction, and it is shifted against the
@@ -85,7 +85,10 @@ struct ZicoJobStatus {
 
 class ZicoPolicy {
  public:
-  explicit ZicoPolicy(uint64_t period_ns) : period_ns_(period_ns) {}
+  // `profile_ns`: TANDEM_ZICO_PROFILE_MS, a newcomer's time to show its iterations and the
+  // newcomers' hold allowance in every kProfileWindowNs.
+  explicit ZicoPolicy(uint64_t period_ns, uint64_t profile_ns = kDefaultProfileNs)
+      : period_ns_(period_ns), profile_ns_(profile_ns) {}
 
   // One period: learns from the samples and decides who may start an iteration.
   void step(uint64_t now_ns, const std::vector<ZicoSample>& jobs, uint64_t budget_bytes,
@@ -93,8 +96,7 @@ class ZicoPolicy {
   std::vector<ZicoJobStatus> status() const;
   const MemoryCurve* curve(int slot) const;
 
-  static constexpr uint64_t kProfileTimeoutNs = 5'000'000'000ull;
-  static constexpr uint64_t kProfileHoldNs = 5'000'000'000ull;
+  static constexpr uint64_t kDefaultProfileNs = 5'000'000'000ull;
   static constexpr uint64_t kProfileWindowNs = 60'000'000'000ull;
   static constexpr uint32_t kUnruly = 3;
   // Time newcomers held the others in the current window (status).
@@ -126,6 +128,7 @@ class ZicoPolicy {
   uint64_t trough_to_publish(const Job& j, bool gating) const;
 
   uint64_t period_ns_;
+  uint64_t profile_ns_;  // a newcomer's time to show iterations; the newcomers' hold per window
   std::map<int, Job> jobs_;  // by slot
   bool gating_ = false;      // at the last step: permits were needed
   uint64_t last_step_ns_ = 0, profile_window_ns_ = 0, profile_hold_ns_ = 0;

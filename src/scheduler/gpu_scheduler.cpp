@@ -18,7 +18,7 @@ GpuScheduler::GpuScheduler(const std::string& uuid, const SchedulerParams& param
     : params_(params), segment_(uuid), detector_(params.quiet_samples), policy_(params.fill), slo_(params.slo),
       holds_({RequestHoldParams{}.window_ns,
               params.policy == TANDEM_POLICY_SLO ? params.slo.controller.min_duty : 1.0 - params.fill.online_hold}),
-      zico_(params.period_ns),
+      zico_(params.period_ns, params.zico_profile_ns),
       capacity_(params.slots) {
   if (segment_.ok()) {
     segment_.shm()->sample_us = params.period_ns / 1000;

@@ -35,6 +35,7 @@ struct SchedulerParams {
   bool zico = false;
   uint64_t zico_budget_bytes = 0;
   double zico_budget_percent = 95;
+  uint64_t zico_profile_ns = ZicoPolicy::kDefaultProfileNs;  // TANDEM_ZICO_PROFILE_MS
   // The Kubernetes slots (tandemd --config "slots"): the capacity windows and the pressure.
   SlotConfig slots;
 };

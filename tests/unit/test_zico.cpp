@@ -1,6 +1,7 @@
 // Zico: learning a training job's memory curve from sampled bytes in use, the time shift that
 // keeps two jobs under a budget, and the policy's permits (docs/zico.md).
 #include <catch2/catch.hpp>
+#include <optional>
 
 #include "memory_curve.h"
 #include "zico_policy.h"
@@ -129,6 +130,8 @@ namespace {
 // Two clients driven through the policy, one sample per ms, as tandemd's tick sees them.
 struct TwoJobs {
   ZicoPolicy policy{kMs};
+  TwoJobs() = default;
+  explicit TwoJobs(uint64_t profile_ns) : policy(kMs, profile_ns) {}
   std::vector<ZicoDecision> decisions;
   uint64_t now = 0;
   std::vector<ZicoDecision> step(std::vector<ZicoSample> samples, uint64_t budget) {
@@ -239,4 +242,47 @@ TEST_CASE("ZicoPolicy: a job slower than its curve is not predicted to free what
   }
   CHECK(slot1_granted);  // in slot 0's slow backward pass, not only after it
   CHECK(t / 2 < 20);
+}
+
+TEST_CASE("ZicoPolicy: a newcomer slow to start profiles within TANDEM_ZICO_PROFILE_MS", "[zico]") {
+  // Slot 1's first allocation comes 7 s before its first iteration (a framework's start-up:
+  // its weights, then seconds of host work), as PyTorch's does on a busy host. With the default
+  // 5 s its profiling holds slot 0 for 5 s of that only, and its start-up then meets slot 0's
+  // iterations; with 10 s it holds slot 0 through its start-up, and slot 0 runs again only once
+  // slot 1's curve is learned.
+  for (uint64_t profile_s : {5, 10}) {
+    TwoJobs z(profile_s * 1000 * kMs);
+    const uint64_t budget = 300 * kMiB;
+    for (int i = 0; i < 3; ++i)
+      for (uint64_t ms = 0; ms < 40; ++ms) z.step({{0, 1, triangle(ms), 0, false}}, budget);
+    REQUIRE(z.policy.curve(0)->learned());
+    // Slot 0 runs to its trough and waits; slot 1 waits at its first allocation, then is let profile.
+    bool granted = false;
+    for (uint64_t ms = 0; ms < 40 && !granted; ++ms)
+      granted = z.step({{0, 1, triangle(ms), 0, ms >= 20}, {1, 1, 0, 0, true}}, budget)[1].grant;
+    REQUIRE(granted);
+    // Its start-up: its weights (64 MiB) held for 7 s; slot 0 waits at its trough meanwhile.
+    std::optional<uint64_t> slot0_let_go_ms;
+    for (uint64_t ms = 0; ms < 7000; ++ms)
+      if (z.step({{0, 1, 64 * kMiB, 0, !slot0_let_go_ms}, {1, 1, 64 * kMiB, 1, false}}, budget)[0].grant &&
+          !slot0_let_go_ms)
+        slot0_let_go_ms = ms;
+    // Then its iterations.
+    for (int i = 0; i < 5; ++i)
+      for (uint64_t ms = 0; ms < 40; ++ms)
+        if (z.step({{0, 1, 64 * kMiB, 0, !slot0_let_go_ms}, {1, 1, triangle(ms), 1, false}}, budget)[0].grant &&
+            !slot0_let_go_ms)
+          slot0_let_go_ms = 7000 + i * 40 + ms;
+    INFO("TANDEM_ZICO_PROFILE_MS " << profile_s << " s; slot 0 let go after " << slot0_let_go_ms.value_or(0) << " ms");
+    REQUIRE(slot0_let_go_ms);
+    CHECK(z.policy.curve(1)->learned());
+    if (profile_s == 5) {
+      CHECK(*slot0_let_go_ms >= 4990);  // held for the allowance,
+      CHECK(*slot0_let_go_ms < 5100);   // not for the rest of slot 1's start-up
+    } else {
+      CHECK(*slot0_let_go_ms > 7000);  // held through the start-up, until slot 1's curve was known
+      CHECK_FALSE(z.policy.status()[1].unshaped);
+      CHECK(z.policy.profile_hold_ns() >= 7000 * kMs);
+    }
+  }
 }
