@@ -261,18 +261,18 @@ TEST_CASE("ZicoPolicy: a newcomer slow to start profiles within TANDEM_ZICO_PROF
     for (uint64_t ms = 0; ms < 40 && !granted; ++ms)
       granted = z.step({{0, 1, triangle(ms), 0, ms >= 20}, {1, 1, 0, 0, true}}, budget)[1].grant;
     REQUIRE(granted);
-    // Its start-up: its weights (64 MiB) held for 7 s; slot 0 waits at its trough meanwhile.
+    // One ms with slot 1 at `slot1_bytes`; slot 0 waits at its trough until its first permit.
     std::optional<uint64_t> slot0_let_go_ms;
-    for (uint64_t ms = 0; ms < 7000; ++ms)
-      if (z.step({{0, 1, 64 * kMiB, 0, !slot0_let_go_ms}, {1, 1, 64 * kMiB, 1, false}}, budget)[0].grant &&
-          !slot0_let_go_ms)
-        slot0_let_go_ms = ms;
-    // Then its iterations.
+    uint64_t elapsed_ms = 0;
+    auto tick = [&](uint64_t slot1_bytes) {
+      bool grant = z.step({{0, 1, 64 * kMiB, 0, !slot0_let_go_ms}, {1, 1, slot1_bytes, 1, false}}, budget)[0].grant;
+      if (grant && !slot0_let_go_ms) slot0_let_go_ms = elapsed_ms;
+      ++elapsed_ms;
+    };
+    // Its start-up: its weights (64 MiB) held for 7 s. Then its iterations.
+    for (uint64_t ms = 0; ms < 7000; ++ms) tick(64 * kMiB);
     for (int i = 0; i < 5; ++i)
-      for (uint64_t ms = 0; ms < 40; ++ms)
-        if (z.step({{0, 1, 64 * kMiB, 0, !slot0_let_go_ms}, {1, 1, triangle(ms), 1, false}}, budget)[0].grant &&
-            !slot0_let_go_ms)
-          slot0_let_go_ms = 7000 + i * 40 + ms;
+      for (uint64_t ms = 0; ms < 40; ++ms) tick(triangle(ms));
     INFO("TANDEM_ZICO_PROFILE_MS " << profile_s << " s; slot 0 let go after " << slot0_let_go_ms.value_or(0) << " ms");
     REQUIRE(slot0_let_go_ms);
     CHECK(z.policy.curve(1)->learned());
