@@ -13,9 +13,23 @@ uint64_t average(uint64_t mean, uint64_t samples_before, uint64_t value) {
 }  // namespace
 
 void BubbleDetector::Profile::learn(uint64_t length) {
-  if (bubbles > 0) spread_ns = average(spread_ns, bubbles - 1, length > mean_ns ? length - mean_ns : mean_ns - length);
   mean_ns = average(mean_ns, bubbles, length);
+  lengths[bubbles % kHistory] = length;
   ++bubbles;
+}
+
+uint64_t BubbleDetector::Profile::likely_length(uint64_t age_ns) const {
+  // A bubble that has lasted age_ns is one of those that lasted longer. A quarter of them
+  // ended sooner than the figure returned: filler work admitted up to it runs into training's
+  // resumption in those, by what is still in flight then (the in-flight bound).
+  std::array<uint64_t, kHistory> longer;
+  size_t n = 0;
+  for (size_t i = 0; i < std::min<uint64_t>(bubbles, kHistory); ++i)
+    if (lengths[i] > age_ns) longer[n++] = lengths[i];
+  if (n == 0) return age_ns;
+  auto quarter = longer.begin() + static_cast<std::ptrdiff_t>(n / 4);
+  std::nth_element(longer.begin(), quarter, longer.begin() + static_cast<std::ptrdiff_t>(n));
+  return *quarter;
 }
 
 BubbleDetector::BubbleDetector(int quiet_samples_for_bubble)
@@ -85,7 +99,7 @@ uint64_t BubbleDetector::predicted_bubble_end_ns() const {
   if (phase_ != GpuPhase::bubble || all_.bubbles == 0) return 0;
   const Profile& kind = kinds_[in_collective_ ? 1 : 0];
   const Profile& p = kind.bubbles ? kind : all_;
-  return part_started_ns_ + p.mean_ns - std::min(p.spread_ns, p.mean_ns / 2);
+  return part_started_ns_ + p.likely_length(part_length(last_.now_ns));
 }
 
 }  // namespace tandem::scheduler

@@ -18,6 +18,8 @@
 // is one bubble for the fill policy; its collective part and the rest are learned apart, and
 // the rest is predicted from the collective's end.
 #pragma once
+#include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace tandem::scheduler {
@@ -47,18 +49,23 @@ class BubbleDetector {
   uint64_t mean_bubble_ns() const { return all_.mean_ns; }
   uint64_t mean_busy_ns() const { return mean_busy_ns_; }
   uint64_t longest_bubble_ns() const { return longest_bubble_ns_; }
-  // How far bubbles stray from the mean: an exponential average of |length - mean| (weight 1/4).
-  uint64_t bubble_spread_ns() const { return all_.spread_ns; }
   // Completed bubbles, i.e. those the profile has learned from.
   uint64_t bubbles() const { return all_.bubbles; }
   // Whether the current (or last) bubble is in its collective part.
   bool bubble_in_collective() const { return in_collective_; }
-  // While in a bubble, when it will end at the earliest that is likely: the start of its
-  // current part (the bubble's, or the collective's end) + the mean of that kind less their
-  // spread (at least half the mean), so that filler work admitted before it has finished when
-  // training resumes in a bubble on the short side; the mean of every bubble while no part of
-  // its kind has been learned; 0 when busy or nothing learned yet.
+  // While in a bubble, when it will end at the earliest that is likely, given how long it has
+  // lasted: of the last kHistory bubbles (parts) of its kind that lasted longer than the current
+  // part has so far, the length that three in four reached, from the start of the current part
+  // (the bubble's, or the collective's end); of every bubble while no part of its kind has been
+  // learned. The current part's age as of the last sample; once it has outlasted every bubble
+  // learned, the end is that sample (nothing more is expected). 0 when busy or nothing learned.
+  // Lengths differ by position in an iteration (a pipeline stage: many 1-3 ms gaps between
+  // micro-batches and one 20 ms wait for the gradients; DDP: an all-reduce's tail and data
+  // loading), so a mean predicts none of them: the long ones looked about to end after a few
+  // milliseconds and were granted nothing in the rest. Conditioned on its age, a bubble that
+  // has outlasted the short kind is predicted as the long kind it is.
   uint64_t predicted_bubble_end_ns() const;
+  static constexpr size_t kHistory = 64;
 
  private:
   static bool quiet(const TrainingSample& prev, const TrainingSample& s);
@@ -75,10 +82,15 @@ class BubbleDetector {
   GpuPhase phase_ = GpuPhase::busy;
   uint64_t phase_started_ns_ = 0;
   uint64_t mean_busy_ns_ = 0, longest_bubble_ns_ = 0, busy_phases_ = 0;
-  // Bubbles (or parts of them) learned: their mean length and spread, and how many.
+  // Bubbles (or parts of them) learned: their mean length (shown), the last kHistory lengths
+  // (the prediction) and how many.
   struct Profile {
-    uint64_t mean_ns = 0, spread_ns = 0, bubbles = 0;
+    uint64_t mean_ns = 0, bubbles = 0;
+    std::array<uint64_t, kHistory> lengths{};
     void learn(uint64_t length);
+    // The length that three in four of the learned bubbles longer than `age_ns` reached; `age_ns`
+    // when none was.
+    uint64_t likely_length(uint64_t age_ns) const;
   };
   Profile all_;       // whole bubbles, as the fill policy sees them
   Profile kinds_[2];  // their parts: [0] quiet with no collective in flight, [1] a collective's tail
