@@ -1,5 +1,5 @@
 // Kernels of all processes on one simulated GPU contend through a POSIX shared-memory segment
-// (/simgpu-<uid>-dev<N>-v2, prefix SIMGPU_SHM).
+// (/simgpu-<uid>-dev<N>-v3, prefix SIMGPU_SHM).
 //  * timeslice (default; a GPU without MPS): one process runs kernels at a time. The owner
 //    keeps the GPU while no other process waits; when one waits, ownership passes at the end
 //    of each time slice (SIMGPU_TIMESLICE_US), also in the middle of a kernel: a kernel's work
@@ -55,7 +55,10 @@ struct Slot {
   // blocks or waiting to, 0 when none; and the SMs those kernels take.
   std::atomic<uint64_t> first_placing;
   std::atomic<int32_t> placing_sms;
-  std::atomic<int32_t> unused2;
+  // timeslice: this process's kernels running on the GPU (not those queued behind an event or
+  // waiting for NCCL peers), and when that count last fell to 0.
+  std::atomic<int32_t> running;
+  std::atomic<uint64_t> idle_since_ns;
 };
 
 struct SharedGpu {
@@ -83,7 +86,7 @@ SharedGpu* shared_gpu(int device) {
   std::lock_guard<std::mutex> lock(g_segments_mutex);
   if (SharedGpu* mapped = segments[device].load()) return mapped;
   // The layout's version in the name: a segment an older build left behind is not misread.
-  std::string name = settings().shm_prefix + "-dev" + std::to_string(device) + "-v2";
+  std::string name = settings().shm_prefix + "-dev" + std::to_string(device) + "-v3";
   auto* gpu = static_cast<SharedGpu*>(map_shared_segment(name, sizeof(SharedGpu), kMagic));
   if (!gpu) {
     log(1, "shared memory %s unavailable or of an unknown layout: no contention with other processes", name.c_str());
@@ -105,6 +108,8 @@ Slot* my_slot(SharedGpu* gpu) {
       s.waiting.store(0);
       s.first_placing.store(0);
       s.placing_sms.store(0);
+      s.running.store(0);
+      s.idle_since_ns.store(0);
       s.priority.store(mps_client_priority());
       return &s;
     }
@@ -160,6 +165,24 @@ struct LocalGpu {
 };
 LocalGpu g_local[kMaxDevices];
 
+// Timeslice: whether the owner has had no kernel running for kOwnerIdleNs although it has
+// kernels queued (it gives the GPU up at its last unfinished kernel's end, not before): all of
+// them wait, behind an event on another stream or for NCCL peers. The hardware's scheduler
+// switches out a context whose channels are all blocked in a semaphore acquire, so a waiter
+// may take the GPU. Without this a pipeline stage whose backward kernels were queued behind
+// the receive of their gradients kept the GPU through the 20 ms wait, and the filler beside it
+// ran only in the slices it took from the stage's next kernels. The grace covers the gap
+// between two kernels of one stream (a worker thread's wake-up on a loaded host).
+constexpr uint64_t kOwnerIdleNs = 200000;
+bool owner_idle(SharedGpu* gpu, int32_t owner, uint64_t now) {
+  for (Slot& s : gpu->slots)
+    if (s.pid.load() == owner) {
+      uint64_t since = s.idle_since_ns.load();
+      return s.running.load() == 0 && since != 0 && now > since + kOwnerIdleNs;
+    }
+  return false;
+}
+
 // Timeslice: waits until this process owns the GPU. A process that just yielded for a waiter
 // lets the waiter take over before competing again.
 void acquire_ownership(SharedGpu* gpu, Slot* slot) {
@@ -180,6 +203,10 @@ void acquire_ownership(SharedGpu* gpu, Slot* slot) {
       continue;
     }
     uint64_t t = now_ns();
+    if (owner != 0 && !defer && owner_idle(gpu, owner, t) && gpu->owner_pid.compare_exchange_strong(owner, me)) {
+      gpu->owner_since_ns.store(now_ns());
+      break;
+    }
     if (owner != 0 && t - last_check > 1000000) {  // a killed owner must not hold the GPU forever
       last_check = t;
       if (!alive(owner) && gpu->owner_pid.compare_exchange_strong(owner, me)) {
@@ -328,8 +355,13 @@ void run_on_gpu(int device, uint64_t duration_ns, unsigned sms, unsigned waves) 
     local.cv.wait(lock, [&] { return local.sms == 0 || local.sms + static_cast<int>(sms) <= settings().sms; });
     local.sms += static_cast<int>(sms);
   }
-  if (settings().mps) run_mps(gpu, local, slot, sms, duration_ns, waves);
-  else run_timeslice(gpu, slot, duration_ns);
+  if (settings().mps) {
+    run_mps(gpu, local, slot, sms, duration_ns, waves);
+  } else {
+    if (slot) slot->running.fetch_add(1);
+    run_timeslice(gpu, slot, duration_ns);
+    if (slot && slot->running.fetch_sub(1) == 1) slot->idle_since_ns.store(now_ns());
+  }
   // Which kernel is the last is decided by the one decrement that reaches zero. Decided from
   // loads of the counts (the count, then the decrement), two kernels of different streams
   // finishing together each saw the other unfinished and both kept the GPU: it stayed owned by

@@ -1,13 +1,13 @@
 // Checks of the simulated driver itself (no libtandem): spin accuracy, image names, capture
 // error codes, failure injection, VMM sharing across processes, time-slice contention (also
 // with a process in a PID namespace of its own, as in a container) and its hand-over when a
-// process's kernels on several streams finish together.
+// process's kernels on several streams finish together, or when all it has queued waits.
 // Also SM limits under MPS (an active thread percentage, an execution affinity) and that a
 // GPU without MPS has none. Graph memory: a capture's allocation takes an address, and the
 // GPU's memory only from the graph's launch (run with a GPU of 64 MiB).
 // Usage: simgpu_checks FATBIN CHECK   (CHECK: spin | names | capture | fail | vmm | contention |
-//                                      contention_pidns | release | sm_limit | no_sm_limit |
-//                                      graph_memory)
+//                                      contention_pidns | release | blocked_owner | sm_limit |
+//                                      no_sm_limit | graph_memory)
 #include <cuda.h>
 #include <poll.h>
 #include <sched.h>
@@ -56,7 +56,7 @@ static int recv_fd(int sock) {
 int main(int argc, char** argv) {
   CHECK(argc == 3);
   std::string check = argv[2];
-  if (check == "vmm" || check == "contention" || check == "release") {
+  if (check == "vmm" || check == "contention" || check == "release" || check == "blocked_owner") {
     // fork before any CUDA use: each process is its own CUDA user
   } else {
     setup(argv[1]);
@@ -332,6 +332,48 @@ int main(int argc, char** argv) {
     int status;
     CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     std::printf("%d rounds of %d kernels ending together: the other process always got the GPU\n", kRounds, kStreams);
+  } else if (check == "blocked_owner") {
+    // Timeslice: a process whose queued kernels all wait (here behind an event that another
+    // stream records after 100 ms of host work; a pipeline stage's backward kernels behind the
+    // receive of their gradients) runs nothing: another process's kernel takes the GPU at once,
+    // not when the waiting kernels finally run.
+    int ready[2], took[2];
+    CHECK(pipe(ready) == 0 && pipe(took) == 0);
+    pid_t pid = fork();
+    setup(argv[1]);
+    if (pid == 0) {
+      char b;
+      CHECK(read(ready[0], &b, 1) == 1);
+      auto t0 = std::chrono::steady_clock::now();
+      run_spins(1, 1000000);
+      double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      CHECK(write(took[1], &t, sizeof t) == sizeof t);
+      _exit(0);
+    }
+    CUstream compute, other;
+    CK(cuStreamCreate(&compute, CU_STREAM_NON_BLOCKING));
+    CK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    CUevent first_done, arrived;
+    CK(cuEventCreate(&first_done, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventCreate(&arrived, CU_EVENT_DISABLE_TIMING));
+    unsigned long long ns = 2000000;
+    void* params[] = {&ns};
+    CK(cuLaunchHostFunc(other, [](void*) { usleep(100000); }, nullptr));
+    CK(cuEventRecord(arrived, other));
+    CK(cuLaunchKernel(g_spin, 132, 1, 1, 128, 1, 1, 0, compute, params, nullptr));
+    CK(cuEventRecord(first_done, compute));
+    CK(cuStreamWaitEvent(compute, arrived, 0));
+    CK(cuLaunchKernel(g_spin, 132, 1, 1, 128, 1, 1, 0, compute, params, nullptr));
+    CK(cuEventSynchronize(first_done));  // this process owns the GPU; its next kernel waits
+    CHECK(write(ready[1], "x", 1) == 1);
+    double theirs = 0;
+    CHECK(read(took[0], &theirs, sizeof theirs) == sizeof theirs);
+    CK(cuCtxSynchronize());
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    std::printf("another process's 1 ms kernel took %.1f ms beside this one's kernel waiting 100 ms for an event\n",
+                theirs * 1e3);
+    CHECK(theirs < 0.030);
   } else if (check == "sm_limit") {
     // Run with SIMGPU_SHARING=mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50: the primary context
     // gets 66 of 132 SMs; a whole-GPU kernel runs in two waves, a half-GPU one as before.
