@@ -16,10 +16,11 @@
 //                 damage when the bubble turns out short.
 //   stable        bubble age >= stable_after_ns: it has proved long and steady (e.g. an
 //                 all-reduce), so each filler is topped up to its in-flight share at once; the
-//                 in-flight bound, not a rate, limits training's wait. Not entered early when a
-//                 bubble outlasts the learned mean: such a bubble is about to end.
+//                 in-flight bound, not a rate, limits training's wait. A bubble that has
+//                 outlasted every one learned is about to end: its bound (below) is 0.
 // In-flight bound (all phases): the bound is max_inflight_ns, or less near the bubble's
-// predicted end (learned mean length): at most the time left before it, nothing once it has
+// predicted end (BubbleDetector: the length likely for a bubble of its age): at most the time
+// left before it, nothing once it has
 // passed, so that filler work does not run into training when it resumes on schedule (beside
 // a collective, with fill_during_comm, at least half the bound: a collective's end is not
 // predictable from the bubbles). With n
