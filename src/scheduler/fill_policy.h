@@ -20,15 +20,13 @@
 //                 outlasted every one learned is about to end: its bound (below) is 0.
 // In-flight bound (all phases): the bound is max_inflight_ns, or less near the bubble's
 // predicted end (BubbleDetector: the length likely for a bubble of its age): at most the time
-// left before it, nothing once it has
-// passed, so that filler work does not run into training when it resumes on schedule (beside
-// a collective, with fill_during_comm, at least half the bound: a collective's end is not
-// predictable from the bubbles). With n
-// fillers wanting work, each filler's share is bound / n, and
-// inflight_ns + unspent tokens + grant <= share. Unspent tokens count
-// because they become in-flight work without asking again. So when training resumes it waits
-// for at most max_inflight_ns of filler work. Fillers not wanting work get nothing. Integer
-// division remainders (< n ns) are dropped.
+// left before it, nothing once it has passed, so that filler work does not run into training
+// when it resumes on schedule (beside a collective, with fill_during_comm, at least half the
+// bound: a collective's end is not predictable from the bubbles). With n fillers wanting work,
+// each filler's share is bound / n, and inflight_ns + unspent tokens + grant <= share. Unspent
+// tokens count because they become in-flight work without asking again. So when training
+// resumes it waits for at most max_inflight_ns of filler work. Fillers not wanting work get
+// nothing. Integer division remainders (< n ns) are dropped.
 // A filler pays for a launch in full before it starts. A launch that costs more than its
 // in-flight share (a long kernel, a graph replay) can never be paid from the share: it is
 // granted whole, to one filler at a time, when the bubble's predicted remainder holds it after

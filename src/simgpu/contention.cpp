@@ -96,11 +96,17 @@ SharedGpu* shared_gpu(int device) {
   return gpu;
 }
 
+// A process's slot, or nullptr when it has none.
+Slot* slot_of(SharedGpu* gpu, int32_t pid) {
+  for (Slot& s : gpu->slots)
+    if (s.pid.load() == pid) return &s;
+  return nullptr;
+}
+
 // This process's slot: found by pid, or claimed from a free or dead process's slot.
 Slot* my_slot(SharedGpu* gpu) {
   int32_t me = process_id();
-  for (Slot& s : gpu->slots)
-    if (s.pid.load() == me) return &s;
+  if (Slot* mine = slot_of(gpu, me)) return mine;
   for (Slot& s : gpu->slots) {
     int32_t pid = s.pid.load();
     if ((pid == 0 || !alive(pid)) && s.pid.compare_exchange_strong(pid, me)) {
@@ -175,12 +181,10 @@ LocalGpu g_local[kMaxDevices];
 // between two kernels of one stream (a worker thread's wake-up on a loaded host).
 constexpr uint64_t kOwnerIdleNs = 200000;
 bool owner_idle(SharedGpu* gpu, int32_t owner, uint64_t now) {
-  for (Slot& s : gpu->slots)
-    if (s.pid.load() == owner) {
-      uint64_t since = s.idle_since_ns.load();
-      return s.running.load() == 0 && since != 0 && now > since + kOwnerIdleNs;
-    }
-  return false;
+  Slot* s = slot_of(gpu, owner);
+  if (!s) return false;
+  uint64_t since = s->idle_since_ns.load();
+  return s->running.load() == 0 && since != 0 && now > since + kOwnerIdleNs;
 }
 
 // Timeslice: waits until this process owns the GPU. A process that just yielded for a waiter
