@@ -110,11 +110,13 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
   ReclaimPlan plan = plan_reclaim((wanted - n) * chunk, watermark(), chunk, trainings);
   for (const QuotaCut& cut : plan.cuts) {
     Client* t = registry_.find(cut.client);
-    if (!t->pool_taken_bytes) t->quota_before_pool = gpu(t->gpu)->segment().shm()->slots[t->slot].assigned_quota_bytes;
-    t->pool_taken_bytes += cut.taken;
-    set_quota(*t, cut.quota);
-    TANDEM_LOG_INFO("memory policy: training pid {} quota lowered to {} MiB for inference pid {}", t->pid,
-                    cut.quota >> 20, client.pid);
+    if (cut.taken) {
+      if (!t->pool_taken_bytes) t->quota_before_pool = gpu(t->gpu)->segment().shm()->slots[t->slot].assigned_quota_bytes;
+      t->pool_taken_bytes += cut.taken;
+    }
+    set_quota(*t, cut.quota);  // the same quota again still asks for what is held over it
+    TANDEM_LOG_INFO("memory policy: training pid {} quota {} MiB ({} MiB cut, {} MiB held over it asked back) for "
+                    "inference pid {}", t->pid, cut.quota >> 20, cut.taken >> 20, cut.owed >> 20, client.pid);
   }
   if (!plan.taken) {
     TANDEM_LOG_WARN("memory policy: inference pid {} needs {} MiB; training in its trust domain ({}) has nothing left "

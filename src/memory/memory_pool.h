@@ -88,14 +88,17 @@ struct TrainingHolder {
   uint64_t quota = 0;  // its quota now (0: none)
   uint64_t floor = 0;  // what it keeps whatever is asked: its working set, unless it frees on request
 };
+// A process that holds more than its quota owes the rest: it gives that back when asked (its
+// quota set again, even to the same value), before any quota is cut.
 struct QuotaCut {
   uint64_t client = 0;
   uint64_t quota = 0;  // its new quota (at least 1: 0 means "none" in the shared memory)
   uint64_t taken = 0;  // what the cut takes from what it may keep now
+  uint64_t owed = 0;   // what it holds over its quota, asked back
 };
 struct ReclaimPlan {
   std::vector<QuotaCut> cuts;
-  uint64_t taken = 0;
+  uint64_t taken = 0;  // what the cuts take, owed bytes included
   uint64_t missing = 0;
 };
 ReclaimPlan plan_reclaim(uint64_t shortfall, uint64_t watermark, uint64_t chunk_bytes,

@@ -325,10 +325,21 @@ TEST_CASE("memory policy: inference's shortfall plus W, in whole chunks, from th
   REQUIRE(plan.cuts[0].client == 2);
   REQUIRE(plan.cuts[0].quota == 512 * kMiB - 4 * c);
   REQUIRE(plan.cuts[0].taken == 4 * c);
-  // A quota already under what it holds is where the next cut starts.
+  // What it holds over its quota is asked back first, its quota set again as it is.
   plan = plan_reclaim(c, 0, c, {{2, 512 * kMiB, 128 * kMiB}});
-  REQUIRE(plan.cuts[0].quota == 96 * kMiB);
+  REQUIRE(plan.taken == c);
+  REQUIRE(plan.cuts.size() == 1);
+  REQUIRE(plan.cuts[0].quota == 128 * kMiB);
+  REQUIRE(plan.cuts[0].owed == c);
+  REQUIRE(plan.cuts[0].taken == 0);
+  // A quota already under what it holds is where the next cut starts: one chunk over it owed,
+  // the second a cut.
+  plan = plan_reclaim(2 * c, 0, c, {{2, 160 * kMiB, 128 * kMiB}});
+  REQUIRE(plan.taken == 2 * c);
+  REQUIRE(plan.missing == 0);
+  REQUIRE(plan.cuts[0].owed == c);
   REQUIRE(plan.cuts[0].taken == c);
+  REQUIRE(plan.cuts[0].quota == 96 * kMiB);
 }
 
 TEST_CASE("memory policy: a training job keeps its working set unless it frees on request", "[memory]") {
