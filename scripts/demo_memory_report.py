@@ -56,6 +56,11 @@ def main():
               f"{i['cold_starts']:>6}{i['evictions']:>6}  {hand}")
     print("(batch: mean samples per iteration, at most 24; SLO 100: share of requests within 100 ms;"
           " cold: model loads; evict: models unloaded for want of memory)")
+    model = load(f"{out}/sirius.json", last_line=False)
+    if model:
+        print(f"(shared runs: T_idle {model['idle_ms']:.0f} ms and W {model['watermark_mb']:.0f} MiB from SIRIUS's "
+              f"queueing model for a compliance of {model['target']}, which it predicts {model['compliance']:.3f}; "
+              f"Exclusive inference with T_idle 1000 ms)")
 
 
 if __name__ == "__main__":

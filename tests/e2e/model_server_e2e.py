@@ -8,7 +8,8 @@ T_idle, evicted least recently used first).
              few points (within 0.01), and against one whose T_idle is a fixed timer (the model
              predicts no more than it: conservative); compliance never falls as T_idle or W grow;
              the search returns the smallest T_idle and W that meet the target; the CLI prints
-             what the search returns. Pure Python: no PyTorch needed.
+             what the search returns; the memory demo's T_idle and W are the model's for the
+             server's measured figures (scripts/demo_memory_sirius.py). Pure Python: no PyTorch needed.
              The server's traces: LIGHT, HEAVY, BURST and maf rates have the means of their
              distributions (4.5, 94, 31 and 23 requests/s), --rate-scale multiplies them, and
              maf's requests go mostly to a few models (Zipf), the others' uniformly.
@@ -33,6 +34,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -100,6 +102,31 @@ def queueing(_env):
     print("cli:", json.dumps(out))
     check(cli.returncode == 0 and out == json.loads(json.dumps(r)),
           "the CLI prints the search's result as JSON (idle_ms, watermark_mb, compliance)")
+    demo_settings()
+
+
+def demo_settings():
+    """scripts/demo_memory.sh's shared runs take T_idle and W from the model, fed with the server's
+    Exclusive run (rate, warm p50, cold-start p50, a timer of exactly T_idle)."""
+    alone = {"requests": 372, "elapsed_s": 15.0, "p50_ms": 2.35, "load_p50_ms": 52.0, "model_mb": 96, "models": 6,
+             "slo_ms": 100.0}
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "demo_memory_sirius.py")
+    with tempfile.TemporaryDirectory() as out:
+        with open(os.path.join(out, "exclusive-infer.json"), "w") as f:
+            f.write("infer-sim's output\n" + json.dumps(alone) + "\n")
+        run = subprocess.run([sys.executable, script, out, "0.99"], capture_output=True, text=True, timeout=120)
+        want = sm.search(rate=372 / 15.0, service_ms=2.35, load_ms=52.0, model_mb=96, models=6, slo_ms=100.0,
+                         target=0.99, timer="fixed")
+        check(run.returncode == 0 and run.stdout.split() == [str(round(want["idle_ms"])), str(round(want["watermark_mb"]))]
+              and json.load(open(os.path.join(out, "sirius.json"))) == json.loads(json.dumps(want)),
+              f"the memory demo's T_idle and W are the model's for the server's measured figures "
+              f"({run.stdout.strip()} against {want['idle_ms']} {want['watermark_mb']}){run.stderr[-300:]}")
+        alone["slo_ms"] = 1.0
+        with open(os.path.join(out, "exclusive-infer.json"), "w") as f:
+            f.write(json.dumps(alone) + "\n")
+        run = subprocess.run([sys.executable, script, out, "0.99"], capture_output=True, text=True, timeout=120)
+        check(run.returncode != 0 and "reaches no T_idle" in run.stderr and not run.stdout.strip(),
+              f"a target the model cannot reach stops the demo with a reason ({run.stderr.strip()[:120]})")
 
 
 def traces():
