@@ -196,12 +196,12 @@ ReclaimPlan plan_reclaim(uint64_t shortfall, uint64_t watermark, uint64_t chunk_
   uint64_t want = (shortfall + watermark + chunk_bytes - 1) / chunk_bytes * chunk_bytes;
   std::sort(trainings.begin(), trainings.end(), [](const auto& a, const auto& b) { return a.held > b.held; });
   // First what processes hold over their quotas (owed, whole chunks), then quota cuts.
-  std::vector<QuotaCut> cuts(trainings.size());
+  std::vector<uint64_t> owed(trainings.size(), 0);
   for (size_t i = 0; i < trainings.size() && plan.taken < want; ++i) {
     const TrainingHolder& t = trainings[i];
     uint64_t over = t.quota && t.held > t.quota ? t.held - t.quota : 0;
-    cuts[i].owed = std::min(over / chunk_bytes * chunk_bytes, want - plan.taken);
-    plan.taken += cuts[i].owed;
+    owed[i] = std::min(over / chunk_bytes * chunk_bytes, want - plan.taken);
+    plan.taken += owed[i];
   }
   for (size_t i = 0; i < trainings.size(); ++i) {
     const TrainingHolder& t = trainings[i];
@@ -209,9 +209,9 @@ ReclaimPlan plan_reclaim(uint64_t shortfall, uint64_t watermark, uint64_t chunk_
     uint64_t keeps = t.quota && t.quota < t.held ? t.quota : t.held;
     uint64_t spare = keeps - std::min(keeps, t.floor);
     uint64_t take = plan.taken < want ? std::min(spare / chunk_bytes * chunk_bytes, want - plan.taken) : 0;
-    if (!take && !cuts[i].owed) continue;
+    if (!take && !owed[i]) continue;
     plan.taken += take;
-    plan.cuts.push_back({t.client, take ? std::max<uint64_t>(keeps - take, 1) : t.quota, take, cuts[i].owed});
+    plan.cuts.push_back({t.client, take ? std::max<uint64_t>(keeps - take, 1) : t.quota, take, owed[i]});
   }
   // The watermark is a wish; only the shortfall itself can be missing.
   uint64_t needed = (shortfall + chunk_bytes - 1) / chunk_bytes * chunk_bytes;
