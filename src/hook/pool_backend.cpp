@@ -233,7 +233,12 @@ class DaemonBroker final : public memory::PoolBroker {
     daemon_exchange(static_cast<uint32_t>(MessageType::pool_acquire), request, -1, timeout_ms, on_reply, &replies);
     TANDEM_LOG_DEBUG("memory pool: asked tandemd for {} MiB, got {} chunks in {:.2f} ms", bytes >> 20,
                      replies.chunks.size(), static_cast<double>(monotonic_ns() - start) / 1e6);
-    if (!replies.reason.empty()) TANDEM_LOG_INFO("memory pool: tandemd is short: {}", replies.reason);
+    // Only online inference takes memory from others; the rest are told "no free chunks" as a
+    // matter of course (a training job at its quota, at every allocation that misses).
+    if (!replies.reason.empty() && g_role == TANDEM_ROLE_INFERENCE)
+      TANDEM_LOG_INFO("memory pool: tandemd is short: {}", replies.reason);
+    else if (!replies.reason.empty())
+      TANDEM_LOG_DEBUG("memory pool: tandemd is short: {}", replies.reason);
     return replies.chunks;
   }
 

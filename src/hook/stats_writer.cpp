@@ -94,6 +94,7 @@ std::string stats_json(const char* role) {
                            {"driver_calls", p.driver_calls},     {"stream_reuses", p.stream_reuses},
                            {"handovers", p.handovers},
                            {"handover_ns_max", p.handover_ns_max}, {"handover_ns_total", p.handover_ns_total},
+                           {"handover_ns_p50", p.handover_ns_p50}, {"handover_ns_p99", p.handover_ns_p99},
                            {"zero_ns_total", p.zero_ns_total}};
   }
   return j.dump(2) + "\n";

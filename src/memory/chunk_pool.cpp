@@ -336,7 +336,8 @@ bool ChunkPool::fill_slots_locked(const std::vector<uint32_t>& slots) {
   if (!give_back.empty()) broker_.release(give_back);
   if (ok && received) {  // memory that changed owner: request to usable
     uint64_t took = now_ns() - start;
-    handovers_.fetch_add(1, std::memory_order_relaxed);
+    uint64_t number = handovers_.fetch_add(1, std::memory_order_relaxed);
+    handover_ns_recent_[number % kHandoverSamples].store(took, std::memory_order_relaxed);
     handover_ns_total_.fetch_add(took, std::memory_order_relaxed);
     raise_to(handover_ns_max_, took);
   }
@@ -511,6 +512,15 @@ PoolStats ChunkPool::stats() const {
   s.handover_ns_total = handover_ns_total_.load();
   s.handover_ns_max = handover_ns_max_.load();
   s.zero_ns_total = zero_ns_total_.load();
+  std::vector<uint64_t> recent;
+  for (size_t i = 0; i < std::min<uint64_t>(s.handovers, kHandoverSamples); ++i)
+    recent.push_back(handover_ns_recent_[i].load(std::memory_order_relaxed));
+  if (!recent.empty()) {
+    std::sort(recent.begin(), recent.end());
+    auto nearest_rank = [&](size_t percent) { return recent[(recent.size() * percent + 99) / 100 - 1]; };
+    s.handover_ns_p50 = nearest_rank(50);
+    s.handover_ns_p99 = nearest_rank(99);
+  }
   return s;
 }
 

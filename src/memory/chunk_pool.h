@@ -122,11 +122,13 @@ struct PoolStats {
   uint64_t stream_reuses = 0;   // allocations served by a block freed on their stream, at once
   uint64_t handovers = 0;       // allocations that received chunks from tandemd
   uint64_t handover_ns_total = 0, handover_ns_max = 0;  // their time, request to usable
+  uint64_t handover_ns_p50 = 0, handover_ns_p99 = 0;    // of the last kHandoverSamples (nearest rank)
   uint64_t zero_ns_total = 0;   // of which waiting for the zero-fill
 };
 
 class ChunkPool {
  public:
+  static constexpr size_t kHandoverSamples = 256;  // handovers whose times the percentiles keep
   ChunkPool(PoolDriver& driver, PoolBroker& broker, uint64_t chunk_bytes, uint64_t va_bytes);
   ~ChunkPool();
 
@@ -278,6 +280,7 @@ class ChunkPool {
   // Counters of the chunk lock's work, read by stats() without it.
   std::atomic<uint64_t> chunks_created_{0}, chunks_received_{0}, chunks_released_{0}, syncs_{0},
       driver_calls_{0}, stream_reuses_{0}, handovers_{0}, handover_ns_total_{0}, handover_ns_max_{0}, zero_ns_total_{0};
+  std::atomic<uint64_t> handover_ns_recent_[kHandoverSamples] = {};  // a ring, by handover number
 };
 
 }  // namespace tandem::memory

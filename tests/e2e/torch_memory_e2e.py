@@ -141,7 +141,8 @@ def handover(env):
         print(f"{name}: training {t['steps_per_s']} steps/s ({t['steps']} steps, working set "
               f"{t['working_set_mib']} MiB mid-run); server {s['cold_starts']} loads, "
               f"{s['failed']} requests failed, load p50 {s['load_p50_ms']:.1f} ms max {s['load_max_ms']:.1f} ms; "
-              f"{pool['handovers']} handovers, mean {mean:.1f} ms, longest {pool['handover_ns_max'] / 1e6:.1f} ms "
+              f"{pool['handovers']} handovers, mean {mean:.1f} ms, p50 {pool['handover_ns_p50'] / 1e6:.1f} ms, "
+              f"p99 {pool['handover_ns_p99'] / 1e6:.1f} ms, longest {pool['handover_ns_max'] / 1e6:.1f} ms "
               f"(zero-fill {pool['zero_ns_total'] / 1e6:.1f} ms in all); training's chunks: "
               f"{t['pool'].get('chunks_received', 0)} received, {t['pool'].get('chunks_released', 0)} given back, "
               f"{t['pool'].get('syncs', 0)} synchronizations")

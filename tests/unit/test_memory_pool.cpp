@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "chunk_pool.h"
 #include "range_allocator.h"
@@ -32,6 +34,7 @@ struct FakeDriver : PoolDriver {
   std::vector<std::pair<uint64_t, uint64_t>> zeroed;  // zero-filled: address, bytes
   std::vector<std::pair<uint64_t, uint64_t>> opened;  // made read-write: address, bytes
   int maps = 0, zero_waits = 0;
+  std::chrono::milliseconds zero_takes{0};  // how long the zero-fill's wait takes
   std::vector<FakeMarker*> markers;
 
   bool reserve(uint64_t, uint64_t& base) override { return base = 1ull << 40, true; }
@@ -50,7 +53,10 @@ struct FakeDriver : PoolDriver {
   void unmap(uint64_t, uint64_t) override {}
   void release(uint64_t handle) override { live_handles.erase(handle); }
   bool zero_async(uint64_t va, uint64_t bytes) override { return zeroed.emplace_back(va, bytes), true; }
-  bool zero_wait() override { return ++zero_waits, true; }
+  bool zero_wait() override {
+    std::this_thread::sleep_for(zero_takes);
+    return ++zero_waits, true;
+  }
   void* record(void*, bool) override { return markers.emplace_back(new FakeMarker()); }
   bool done(void* m) override { return static_cast<FakeMarker*>(m)->done; }
   void recycle(void* m) override {
@@ -307,6 +313,24 @@ TEST_CASE("pool: chunks from tandemd are zero-filled; trimming gives back only i
   REQUIRE(pool.trim(0, true) == kChunk);
   REQUIRE(pool.stats().held_bytes == 0);
   REQUIRE(driver.live_handles.empty());  // every handle released here
+  require_consistent(pool);
+}
+
+TEST_CASE("pool: handover times, request to usable, with their median and 99th percentile", "[memory]") {
+  PoolRig rig(16);
+  auto& [driver, daemon, pool] = rig;
+  // Ten handovers of one chunk each: the first three wait 50 ms for their zero-fill.
+  for (int i = 0; i < 10; ++i) {
+    driver.zero_takes = std::chrono::milliseconds(i < 3 ? 50 : 0);
+    daemon.free_ids = {uint64_t(200 + i)};
+    REQUIRE(pool.allocate(kChunk));
+  }
+  PoolStats s = pool.stats();
+  REQUIRE(s.handovers == 10);
+  REQUIRE(s.handover_ns_p50 < 50000000);   // the 5th of 10: a fast one
+  REQUIRE(s.handover_ns_p99 >= 50000000);  // the 10th: a slow one
+  REQUIRE(s.handover_ns_p99 <= s.handover_ns_max);
+  REQUIRE(s.handover_ns_total >= 150000000);
   require_consistent(pool);
 }
 
