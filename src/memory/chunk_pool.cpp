@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 namespace tandem::memory {
@@ -512,12 +513,12 @@ PoolStats ChunkPool::stats() const {
   s.handover_ns_total = handover_ns_total_.load();
   s.handover_ns_max = handover_ns_max_.load();
   s.zero_ns_total = zero_ns_total_.load();
-  std::vector<uint64_t> recent;
-  for (size_t i = 0; i < std::min<uint64_t>(s.handovers, kHandoverSamples); ++i)
-    recent.push_back(handover_ns_recent_[i].load(std::memory_order_relaxed));
-  if (!recent.empty()) {
-    std::sort(recent.begin(), recent.end());
-    auto nearest_rank = [&](size_t percent) { return recent[(recent.size() * percent + 99) / 100 - 1]; };
+  std::array<uint64_t, kHandoverSamples> recent;  // on the stack: stats() allocates nothing
+  const size_t n = std::min<uint64_t>(s.handovers, kHandoverSamples);
+  for (size_t i = 0; i < n; ++i) recent[i] = handover_ns_recent_[i].load(std::memory_order_relaxed);
+  if (n) {
+    std::sort(recent.begin(), recent.begin() + static_cast<long>(n));
+    auto nearest_rank = [&](size_t percent) { return recent[(n * percent + 99) / 100 - 1]; };
     s.handover_ns_p50 = nearest_rank(50);
     s.handover_ns_p99 = nearest_rank(99);
   }
