@@ -17,15 +17,15 @@ seconds=$2
 mkdir -p "$out"
 train=(build/bin/train-sim --seconds "$seconds" --mem-mb 64 --sample-mb 32 --batch 24 --elastic
        --kernel-us 200 --compute-kernels 100 --comm-us 500 --gap-us 11500)
-infer=(build/bin/infer-sim --seconds "$seconds" --models 6 --model-mb 96 --mem-mb 0 --idle-ms 1000
+infer=(build/bin/infer-sim --seconds "$seconds" --models 6 --model-mb 96 --mem-mb 0
        --trace burst --interval-s 2 --seed 3 --slo-ms 100)
 export TANDEM_MEM_CHUNK=32M
 py=$(command -v /usr/bin/python3 || command -v python3)
 
 echo "demo memory: 1/4 exclusive training";  "${train[@]}" >"$out/exclusive-train.json" 2>"$out/exclusive-train.err"
-echo "demo memory: 2/4 exclusive inference"; "${infer[@]}" >"$out/exclusive-infer.json"
+echo "demo memory: 2/4 exclusive inference"; "${infer[@]}" --idle-ms 1000 >"$out/exclusive-infer.json"
 read -r idle_ms watermark_mb < <("$py" scripts/demo_memory_sirius.py "$out" "${TANDEM_DEMO_MEMORY_TARGET:-0.99}")
-for i in "${!infer[@]}"; do if [ "${infer[$i]}" = --idle-ms ]; then infer[$((i + 1))]=$idle_ms; fi; done
+infer+=(--idle-ms "$idle_ms")
 export TANDEM_MEM_WATERMARK=$([ "$watermark_mb" -gt 0 ] && echo "${watermark_mb}M" || true)
 echo "demo memory: shared runs with T_idle $idle_ms ms and W $watermark_mb MiB (SIRIUS's model)"
 

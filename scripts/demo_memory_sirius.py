@@ -11,14 +11,15 @@ import json
 import os
 import sys
 
+from demo_memory_report import load
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "pytorch"))
 import sirius_model  # noqa: E402
 
 
 def main():
     out, target = sys.argv[1], float(sys.argv[2])
-    lines = [l for l in open(f"{out}/exclusive-infer.json").read().splitlines() if l.startswith("{")]
-    alone = json.loads(lines[-1])
+    alone = load(f"{out}/exclusive-infer.json")
     answer = sirius_model.search(rate=alone["requests"] / alone["elapsed_s"], service_ms=alone["p50_ms"],
                                  load_ms=alone["load_p50_ms"], model_mb=alone["model_mb"], models=alone["models"],
                                  slo_ms=alone["slo_ms"], target=target, timer="fixed")

@@ -145,8 +145,8 @@ def handover(env):
               f"{pool['handovers']} handovers, mean {mean:.1f} ms, p50 {pool['handover_ns_p50'] / 1e6:.1f} ms, "
               f"p99 {pool['handover_ns_p99'] / 1e6:.1f} ms, longest {pool['handover_ns_max'] / 1e6:.1f} ms "
               f"(zero-fill {pool['zero_ns_total'] / 1e6:.1f} ms in all); training's chunks: "
-              f"{t['pool'].get('chunks_received', 0)} received, {t['pool'].get('chunks_released', 0)} given back, "
-              f"{t['pool'].get('syncs', 0)} synchronizations")
+              f"{t['pool']['chunks_received']} received, {t['pool']['chunks_released']} given back, "
+              f"{t['pool']['syncs']} synchronizations")
     (_, ks, _), (tt, ts, tpool) = keep, tandem
     check(ks["failed"] > 0 or ks["load_max_ms"] >= 900,
           f"baseline: with the caching allocator the server's loads wait for memory training holds but does not "
