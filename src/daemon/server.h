@@ -181,8 +181,11 @@ class Server {
     uint32_t wanted, given;
     uint64_t started_ns, deadline_ns;
     bool batch = false;  // the client takes many chunks to a pool_chunk message
+    std::vector<ClientId> asked;  // the training processes asked to give memory back
   };
   std::vector<PoolWait> pool_waits_;
+  // A short answer's reason: who of those asked still holds more than its quota.
+  std::string pool_wait_shortfall(const PoolWait& wait, uint64_t now_ns);
   struct PoolFigures {
     uint64_t handovers = 0, short_answers = 0;
     double last_ms = 0, max_ms = 0;

@@ -125,8 +125,29 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
   }
   uint64_t now = monotonic_ns();
   uint64_t wait_ms = std::min<uint64_t>(request.wait_ms, setting_ns(SettingId::TANDEM_MEM_HANDOVER_MS) / kNsPerMs);
-  pool_waits_.push_back(PoolWait{client.id, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull, batch});
+  PoolWait wait{client.id, seq, chunk, wanted, n, now, now + wait_ms * 1000000ull, batch, {}};
+  for (const QuotaCut& cut : plan.cuts) wait.asked.push_back(cut.client);
+  pool_waits_.push_back(std::move(wait));
   return true;
+}
+
+// Names the holders: the operator learns which process did not answer (stopped, hung, or its
+// memory still live), not only that the requester came up short.
+std::string Server::pool_wait_shortfall(const PoolWait& w, uint64_t now_ns) {
+  std::string holders;
+  for (ClientId id : w.asked) {
+    auto c = registry_.clients().find(id);
+    if (c == registry_.clients().end() || c->second.slot < 0) continue;
+    uint64_t held = pool_.held_by(id);
+    uint64_t quota = gpu(c->second.gpu)->segment().shm()->slots[c->second.slot].assigned_quota_bytes;
+    if (held <= quota) continue;
+    holders += (holders.empty() ? "" : ", ") + std::string("training pid ") + std::to_string(c->second.pid) +
+               " holds " + std::to_string(held >> 20) + " MiB over its quota of " + std::to_string(quota >> 20) +
+               " MiB";
+  }
+  std::string given = std::to_string(w.given) + " of " + std::to_string(w.wanted) + " chunks came within " +
+                      std::to_string((now_ns - w.started_ns) / 1000000) + " ms";
+  return holders.empty() ? "training gave memory back too late: " + given : given + "; " + holders;
 }
 
 bool Server::handle_pool_release(Client& client, const msg::PoolRelease& request) {
@@ -167,8 +188,7 @@ void Server::serve_pool_waits(uint64_t now_ns) {
           f.max_ms = std::max(f.max_ms, ms);
         } else {
           ++f.short_answers;
-          reason = "training released " + std::to_string(w.given) + " of " + std::to_string(w.wanted) +
-                   " chunks in time";
+          reason = pool_wait_shortfall(w, now_ns);
           TANDEM_LOG_WARN("memory policy: inference pid {}: {}", c->pid, reason);
         }
         reply(*c, MessageType::pool_granted,

@@ -188,6 +188,7 @@ class DaemonBroker final : public memory::PoolBroker {
     uint64_t seq = 0;
     std::vector<GrantedChunk> chunks;
     std::string reason;
+    bool waited = false;  // tandemd asked training for memory, and the answer came short
     uint64_t id = 0;
   };
   static void close_all(const int* fds, size_t count) {
@@ -221,6 +222,7 @@ class DaemonBroker final : public memory::PoolBroker {
       msg::PoolGranted granted;
       if (!decoded(r, type, payload, granted)) return true;  // keep reading for ours
       if (granted.short_bytes) r.reason = granted.reason;
+      r.waited = granted.short_bytes && granted.waited_ms;
       return false;  // pool_granted ends the answer
     };
     int wait_ms = static_cast<int>(setting_ns(SettingId::TANDEM_MEM_HANDOVER_MS) / kNsPerMs);
@@ -234,8 +236,12 @@ class DaemonBroker final : public memory::PoolBroker {
     TANDEM_LOG_DEBUG("memory pool: asked tandemd for {} MiB, got {} chunks in {:.2f} ms", bytes >> 20,
                      replies.chunks.size(), static_cast<double>(monotonic_ns() - start) / 1e6);
     // Only online inference takes memory from others; the rest are told "no free chunks" as a
-    // matter of course (a training job at its quota, at every allocation that misses).
-    if (!replies.reason.empty() && g_role == TANDEM_ROLE_INFERENCE)
+    // matter of course (a training job at its quota, at every allocation that misses). A wait
+    // that came up short is rare and explains the out-of-memory error that may follow: it
+    // names the process that kept the memory.
+    if (replies.waited)
+      TANDEM_LOG_WARN("memory pool: tandemd asked training for {} MiB and is short: {}", bytes >> 20, replies.reason);
+    else if (!replies.reason.empty() && g_role == TANDEM_ROLE_INFERENCE)
       TANDEM_LOG_INFO("memory pool: tandemd is short: {}", replies.reason);
     else if (!replies.reason.empty())
       TANDEM_LOG_DEBUG("memory pool: tandemd is short: {}", replies.reason);

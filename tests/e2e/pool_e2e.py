@@ -21,8 +21,12 @@ data).
              the driver's cuMemAlloc and cuMemFree in the same run (per figure the best of up to 5 rounds)
   wake       a training process whose progress thread ticks once a second gives its idle chunks
              back at once when tandemd lowers its quota (tandemd wakes it), three times over
+  stuck      a training process that never answers (stopped with SIGSTOP) holds the whole GPU:
+             inference's allocation fails with out-of-memory once TANDEM_MEM_HANDOVER_MS passed,
+             and tandemd's log and inference's name the holder; resumed, training gives memory
+             back at the next request, and the pool has lost none
 
-usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|second-device|markers|churn|pollution|crash|restart|wake|fastpath
+usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|second-device|markers|churn|pollution|crash|restart|wake|stuck|fastpath
 """
 import json
 import os
@@ -234,11 +238,52 @@ def case_wake(env, image):
         d.wait(timeout=10)
 
 
+def case_stuck(env, image):
+    env.base.update(SIMGPU_MEM_BYTES=str(64 << 20), SIMGPU_MEM_SHARED="1")  # one 64 MiB budget for all
+    handover_ms = 500
+    settings = dict(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_MEM_HANDOVER_MS=str(handover_ms))
+    log = os.path.join(env.tmp, "tandemd.log")
+    d = env.daemon(log="warn", log_file=log, **settings)
+    try:
+        train = probe(env, image, "cached", 64, role="training", **settings)
+        expect_line(train, "ready")
+        train.send_signal(signal.SIGSTOP)  # its progress thread never answers tandemd
+        start = time.monotonic()
+        infer = probe(env, image, "take", 32, role="inference", **settings)
+        out, err = infer.communicate(timeout=30)
+        waited = time.monotonic() - start
+        print(f"     inference's allocation failed after {waited:.2f} s: {err.strip()[-400:]}")
+        check(infer.returncode != 0 and "returned 2" in err,
+              f"the allocation failed with CUDA_ERROR_OUT_OF_MEMORY ({infer.returncode}: {err.strip()[-300:]})")
+        check(handover_ms / 1e3 <= waited < 10, f"after TANDEM_MEM_HANDOVER_MS ({handover_ms} ms), not later ({waited:.2f} s)")
+        holder = f"training pid {train.pid} holds"
+        check(holder in err, f"inference's log names the holder ({holder!r})")
+        with open(log) as f:
+            daemon_log = f.read()
+        check(holder in daemon_log, f"tandemd's log names the holder: {daemon_log.strip()[-400:]}")
+        pool = pool_of(env)
+        check(pool["short_answers"] == 1 and pool["handovers"] == 0, f"one short answer, no handover ({pool})")
+        # The failed process's request is over (its quota went back to training); the next one,
+        # with training resumed, is a handover.
+        train.send_signal(signal.SIGCONT)
+        done(probe(env, image, "take", 32, role="inference", **settings))
+        pool = pool_of(env)
+        check(pool["handovers"] == 1, f"resumed, training gave memory back at the next request ({pool})")
+        train.stdin.write("\n")
+        train.stdin.flush()
+        done(train)
+        pool = wait_for(lambda: (p := pool_of(env)) and p["free_bytes"] == p["bytes"] and p)
+        check(pool and pool["bytes"] == 64 << 20, f"the pool lost nothing: all {64 << 20} bytes are back and free ({pool_of(env)})")
+    finally:
+        d.terminate()
+        d.wait(timeout=10)
+
+
 def main():
     build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
     env = Env(build)
     {"self": case_self, "second-device": case_second_device, "markers": case_markers, "churn": case_churn, "pollution": case_pollution, "capture": case_capture, "crash": case_crash, "restart": case_restart,
-     "wake": case_wake, "fastpath": case_fastpath}[case](env, image)
+     "wake": case_wake, "stuck": case_stuck, "fastpath": case_fastpath}[case](env, image)
 
 
 if __name__ == "__main__":
