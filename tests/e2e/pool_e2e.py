@@ -25,8 +25,10 @@ data).
              inference's allocation fails with out-of-memory once TANDEM_MEM_HANDOVER_MS passed,
              and tandemd's log and inference's name the holder; resumed, training gives memory
              back at the next request, and the pool has lost none
+  killed     the same stopped process killed while inference waits for its memory: its chunks
+             go to the waiting request at once (zero-filled), and the pool has lost none
 
-usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|second-device|markers|churn|pollution|crash|restart|wake|stuck|fastpath
+usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|second-device|markers|churn|pollution|crash|restart|wake|stuck|killed|fastpath
 """
 import json
 import os
@@ -238,16 +240,23 @@ def case_wake(env, image):
         d.wait(timeout=10)
 
 
+def stopped_holder(env, image, settings):
+    """A training process holding the whole GPU (64 MiB, one budget for all processes), idle,
+    stopped with SIGSTOP: its progress thread never answers tandemd."""
+    env.base.update(SIMGPU_MEM_BYTES=str(64 << 20), SIMGPU_MEM_SHARED="1")
+    train = probe(env, image, "cached", 64, role="training", **settings)
+    expect_line(train, "ready")
+    train.send_signal(signal.SIGSTOP)
+    return train
+
+
 def case_stuck(env, image):
-    env.base.update(SIMGPU_MEM_BYTES=str(64 << 20), SIMGPU_MEM_SHARED="1")  # one 64 MiB budget for all
     handover_ms = 500
     settings = dict(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_MEM_HANDOVER_MS=str(handover_ms))
     log = os.path.join(env.tmp, "tandemd.log")
     d = env.daemon(log="warn", log_file=log, **settings)
     try:
-        train = probe(env, image, "cached", 64, role="training", **settings)
-        expect_line(train, "ready")
-        train.send_signal(signal.SIGSTOP)  # its progress thread never answers tandemd
+        train = stopped_holder(env, image, settings)
         start = time.monotonic()
         infer = probe(env, image, "take", 32, role="inference", **settings)
         out, err = infer.communicate(timeout=30)
@@ -279,11 +288,34 @@ def case_stuck(env, image):
         d.wait(timeout=10)
 
 
+def case_killed(env, image):
+    settings = dict(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_MEM_HANDOVER_MS="20000")
+    d = env.daemon(**settings)
+    try:
+        train = stopped_holder(env, image, settings)
+        infer = probe(env, image, "take", 32, role="inference", **settings)
+        check(wait_for(lambda: (p := pool_of(env)) and p["waits"] == 1), "inference waits for training's memory")
+        killed_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # the probe's clock
+        train.send_signal(signal.SIGKILL)
+        train.wait(timeout=10)
+        _, returned_ns = taken(done(infer))  # the probe checks that the memory reads as zeros
+        after_ms = (returned_ns - killed_ns) / 1e6
+        print(f"     inference's allocation returned {after_ms:.0f} ms after training was killed mid-handover")
+        check(after_ms < 2000, f"the killed process's chunks went to the waiting request at once ({after_ms:.0f} ms; "
+              "bound 20 s)")
+        pool = wait_for(lambda: (p := pool_of(env)) and p["free_bytes"] == p["bytes"] and p)
+        check(pool and pool["bytes"] == 64 << 20 and pool["handovers"] == 1,
+              f"a handover, and the pool lost nothing ({pool_of(env)})")
+    finally:
+        d.terminate()
+        d.wait(timeout=10)
+
+
 def main():
     build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
     env = Env(build)
     {"self": case_self, "second-device": case_second_device, "markers": case_markers, "churn": case_churn, "pollution": case_pollution, "capture": case_capture, "crash": case_crash, "restart": case_restart,
-     "wake": case_wake, "stuck": case_stuck, "fastpath": case_fastpath}[case](env, image)
+     "wake": case_wake, "stuck": case_stuck, "killed": case_killed, "fastpath": case_fastpath}[case](env, image)
 
 
 if __name__ == "__main__":
