@@ -25,10 +25,12 @@ data).
              inference's allocation fails with out-of-memory once TANDEM_MEM_HANDOVER_MS passed,
              and tandemd's log and inference's name the holder; resumed, training gives memory
              back at the next request, and the pool has lost none
+  deaf       a running training process that says it frees memory on request (a memory-pressure
+             callback) and frees nothing: the same bound, the holder named, its memory intact
   killed     the same stopped process killed while inference waits for its memory: its chunks
              go to the waiting request at once (zero-filled), and the pool has lost none
 
-usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|second-device|markers|churn|pollution|crash|restart|wake|stuck|killed|fastpath
+usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|second-device|markers|churn|pollution|crash|restart|wake|stuck|deaf|killed|fastpath
 """
 import json
 import os
@@ -38,7 +40,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, preload, wait_for  # noqa: E402
+from e2e_util import Env, check, preload, slots_by_pid, wait_for  # noqa: E402
 
 CHUNK = "4M"
 
@@ -288,6 +290,37 @@ def case_stuck(env, image):
         d.wait(timeout=10)
 
 
+def case_deaf(env, image):
+    handover_ms = 500
+    settings = dict(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_MEM_HANDOVER_MS=str(handover_ms))
+    # 64 MiB held of 72: 8 MiB free on the device, too little for inference's 32, enough for
+    # training's last allocation.
+    env.base.update(SIMGPU_MEM_BYTES=str(72 << 20), SIMGPU_MEM_SHARED="1")
+    d = env.daemon(**settings)
+    try:
+        train = probe(env, image, "claims", 64, role="training", **settings)
+        expect_line(train, "ready")
+        check(wait_for(lambda: slots_by_pid(env.status()).get(train.pid, {}).get("memory_elastic")),
+              "tandemd sees a training process that frees on request")
+        start = time.monotonic()
+        infer = probe(env, image, "take", 32, role="inference", **settings)
+        out, err = infer.communicate(timeout=30)
+        waited = time.monotonic() - start
+        print(f"     inference's allocation failed after {waited:.2f} s: {err.strip()[-300:]}")
+        check(infer.returncode != 0 and "returned 2" in err and f"training pid {train.pid} holds" in err,
+              f"out-of-memory, the holder named ({infer.returncode}: {err.strip()[-300:]})")
+        check(handover_ms / 1e3 <= waited < 10, f"after TANDEM_MEM_HANDOVER_MS ({handover_ms} ms), not later ({waited:.2f} s)")
+        train.stdin.write("\n")
+        train.stdin.flush()
+        expect_line(train, "intact")  # its memory untouched, and it still allocates
+        done(train)
+        pool = wait_for(lambda: (p := pool_of(env)) and p["free_bytes"] == p["bytes"] and p)
+        check(pool and pool["bytes"] >= 64 << 20, f"the pool lost nothing ({pool_of(env)})")
+    finally:
+        d.terminate()
+        d.wait(timeout=10)
+
+
 def case_killed(env, image):
     settings = dict(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_MEM_HANDOVER_MS="20000")
     d = env.daemon(**settings)
@@ -315,7 +348,7 @@ def main():
     build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
     env = Env(build)
     {"self": case_self, "second-device": case_second_device, "markers": case_markers, "churn": case_churn, "pollution": case_pollution, "capture": case_capture, "crash": case_crash, "restart": case_restart,
-     "wake": case_wake, "stuck": case_stuck, "killed": case_killed, "fastpath": case_fastpath}[case](env, image)
+     "wake": case_wake, "stuck": case_stuck, "deaf": case_deaf, "killed": case_killed, "fastpath": case_fastpath}[case](env, image)
 
 
 if __name__ == "__main__":
