@@ -107,7 +107,16 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
     trainings.push_back({id, pool_.held_by(id), segment.shm()->slots[c.slot].assigned_quota_bytes,
                          working_set_floor(segment.view(c.slot).v)});
   }
-  ReclaimPlan plan = plan_reclaim((wanted - n) * chunk, watermark(), chunk, trainings);
+  // Others of its trust domain already waiting on this GPU are owed what training holds over
+  // its quota first (they are served in order): counted once, for all, so that this request
+  // is not planned on memory promised to an earlier one.
+  uint64_t promised = 0;
+  for (const PoolWait& w : pool_waits_) {
+    const Client* other = registry_.find(w.client);
+    if (other && other->gpu == client.gpu && other->trust_domain == client.trust_domain)
+      promised += uint64_t{w.wanted - w.given} * w.chunk_bytes;
+  }
+  ReclaimPlan plan = plan_reclaim(promised + (wanted - n) * chunk, watermark(), chunk, trainings);
   for (const QuotaCut& cut : plan.cuts) {
     Client* t = registry_.find(cut.client);
     if (cut.taken) {
@@ -118,7 +127,7 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
     TANDEM_LOG_INFO("memory policy: training pid {} quota {} MiB ({} MiB cut, {} MiB held over it asked back) for "
                     "inference pid {}", t->pid, cut.quota >> 20, cut.taken >> 20, cut.owed >> 20, client.pid);
   }
-  if (!plan.taken) {
+  if (plan.taken <= promised) {
     TANDEM_LOG_WARN("memory policy: inference pid {} needs {} MiB; training in its trust domain ({}) has nothing left "
                     "to give", client.pid, ((wanted - n) * chunk) >> 20, client.trust_domain);
     return granted(n, "training has nothing left to give");

@@ -11,6 +11,7 @@
 
 #include "protocol.h"
 #include "server.h"
+#include "settings_env.h"
 
 using namespace tandem;
 
@@ -113,6 +114,61 @@ TEST_CASE("daemon in-process: a pool_release whose own wait cannot be sent drops
   close(inference.ours);
   close(training.ours);
   CHECK_FALSE(s.serve_client_for_test(training.server));
+}
+
+// Two online inference processes wait for training's memory, one after the other. What
+// training holds over the quota cut for the first is the first's: the second's plan counts it
+// once, and cuts further (it counted it again, left training's quota where it was, and waited
+// TANDEM_MEM_HANDOVER_MS for chunks that all went to the first).
+TEST_CASE("daemon in-process: a second waiting request is not planned on memory promised to the first") {
+  test::load_env({"TANDEM_MEM_WATERMARK=", "TANDEM_MEM_CHUNK=2M"});
+  scheduler::Server s(scheduler::ServerOptions{"", "fill", {}});
+  PairClient training = adopt(s), first = adopt(s), second = adopt(s);
+  for (auto [c, role] : {std::pair{&training, "training"}, {&first, "inference"}, {&second, "inference"}}) {
+    REQUIRE(send_message(c->ours, MessageType::hello, hello(role)));
+    REQUIRE(s.serve_client_for_test(c->server));
+    drain(*c);
+  }
+  for (int i = 0; i < 4; ++i) {
+    send_chunk(training);
+    REQUIRE(serve_twice(s, training));
+  }
+  drain(training);
+  // Training's slot: the one that holds the four chunks (the clients share one pid here).
+  auto slots = [&] { return nlohmann::json::parse(s.status_json())["gpus"][0]["slots"]; };
+  int64_t training_slot = -1;
+  for (const auto& slot : slots())
+    if (slot["pool_bytes"] == 4 * kChunk) training_slot = slot["slot"];
+  REQUIRE(training_slot >= 0);
+  auto training_quota = [&] {
+    for (const auto& slot : slots())
+      if (slot["slot"] == training_slot) return slot["assigned_quota_bytes"].get<uint64_t>();
+    return uint64_t{0};
+  };
+  auto ask = [&](PairClient& c, int seq) {
+    nlohmann::json request = {{"bytes", 2 * kChunk}, {"chunk_bytes", kChunk}, {"seq", seq}, {"wait_ms", 10000}};
+    REQUIRE(send_message(c.ours, MessageType::pool_acquire, request.dump()));
+    REQUIRE(s.serve_client_for_test(c.server));
+    CHECK(drain(c).empty());  // it waits
+  };
+  ask(first, 1);
+  CHECK(training_quota() == 2 * kChunk);  // two of its four chunks asked back
+  ask(second, 2);
+  CHECK(training_quota() <= 1);  // all four: the first's two and the second's
+  CHECK(s.status_json().find("\"waits\":2") != std::string::npos);
+  // Training gives back all four: both requests are served in full.
+  REQUIRE(send_message(training.ours, MessageType::pool_release, R"({"ids": [1, 2, 3, 4], "seq": 1})"));
+  REQUIRE(s.serve_client_for_test(training.server));
+  const uint32_t chunk = static_cast<uint32_t>(MessageType::pool_chunk),
+                 granted = static_cast<uint32_t>(MessageType::pool_granted);
+  for (PairClient* c : {&first, &second}) {
+    std::vector<uint32_t> types = drain(*c);
+    CHECK(std::count(types.begin(), types.end(), chunk) == 2);
+    CHECK(types.back() == granted);
+  }
+  CHECK(s.invariant_violation_for_test().empty());
+  for (PairClient* c : {&training, &first, &second}) close(c->ours);
+  test::load_env({});
 }
 
 // nlohmann's get<uint64_t>() casts a float to the integer: undefined behaviour out of range
