@@ -363,12 +363,15 @@ bool set_up() {
 // nobody was waiting for (PyTorch beside a model server: 4010 chunks given back and 3981
 // received again in 16 s, with 1923 device synchronizations to trim them). tandemd counts
 // what a process holds over its quota as owed and asks for it when someone needs memory.
+// Without tandemd nobody asks, and the quota (TANDEM_MEM_LIMIT) is a static partition of the
+// device: what is held over it goes back to the driver at every tick, for the neighbours.
 // Progress thread only.
 bool over_quota_asked(uint64_t held, uint64_t quota) {
   static uint32_t wake_seen = 0;
   static uint64_t quota_seen = 0, asked_until_ns = 0;
   const tandem_slot* slot = current_slot();
-  uint32_t wake = slot ? __atomic_load_n(&slot->memory_wake, __ATOMIC_ACQUIRE) : 0;
+  if (!slot) return quota && held > quota;
+  uint32_t wake = __atomic_load_n(&slot->memory_wake, __ATOMIC_ACQUIRE);
   uint64_t now = monotonic_ns();
   // A program that frees on request and still holds live memory over its quota frees it at
   // its next safe point, possibly later than the bound: its chunks go back then.

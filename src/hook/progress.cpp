@@ -258,6 +258,8 @@ void* progress_main(void*) {
       poll_cost_samples();
       std::lock_guard<std::mutex> lock(g_marker_mutex);
       poll_markers_locked(now);
+    } else {
+      pool_tick();  // without tandemd too: TANDEM_MEM_LIMIT bounds the chunks held (pool_backend.cpp)
     }
     end_turn();
     // tandemd wakes this thread when it changes the quota (memory wanted back at once).

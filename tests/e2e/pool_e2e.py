@@ -27,10 +27,13 @@ data).
              back at the next request, and the pool has lost none
   deaf       a running training process that says it frees memory on request (a memory-pressure
              callback) and frees nothing: the same bound, the holder named, its memory intact
+  partition  no tandemd: a process with TANDEM_MEM_LIMIT whose chunks exceed it (a freed block
+             waiting for a queued write, the same size allocated again) gives the excess back
+             to the driver, so a neighbour gets the rest of the GPU
   killed     the same stopped process killed while inference waits for its memory: its chunks
              go to the waiting request at once (zero-filled), and the pool has lost none
 
-usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|second-device|markers|churn|pollution|crash|restart|wake|stuck|deaf|killed|fastpath
+usage: pool_e2e.py BUILD_DIR KERNEL_IMAGE self|second-device|markers|churn|pollution|crash|restart|wake|stuck|deaf|killed|partition|fastpath
 """
 import json
 import os
@@ -321,6 +324,24 @@ def case_deaf(env, image):
         d.wait(timeout=10)
 
 
+def case_partition(env, image):
+    # No tandemd: TANDEM_MEM_LIMIT is a static partition of a 64 MiB GPU (one budget for all).
+    env.base.update(SIMGPU_MEM_BYTES=str(64 << 20), SIMGPU_MEM_SHARED="1")
+    holder = probe(env, image, "overheld", 16, role="training", TANDEM_MEM_LIMIT="16M")
+    expect_line(holder, "ready")
+    time.sleep(1.0)  # its late write (300 ms) is over
+    neighbour = probe(env, image, "take", 40, TANDEM_MEM_POOL="0")
+    out, err = neighbour.communicate(timeout=30)
+    check(neighbour.returncode == 0, f"the neighbour got 40 MiB of the 48 outside the holder's 16 MiB partition: the "
+          f"holder gave back the chunk it held over its quota ({(out + err).strip()[-300:]})")
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    done(holder)
+    with open(os.path.join(env.tmp, f"stats-{holder.pid}.json")) as f:
+        pool = json.load(f)["memory"]["pool"]
+    check(pool["chunks_released"] >= 4, f"the holder released the chunks over its quota to the driver ({pool})")
+
+
 def case_killed(env, image):
     settings = dict(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_MEM_HANDOVER_MS="20000")
     d = env.daemon(**settings)
@@ -348,7 +369,7 @@ def main():
     build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
     env = Env(build)
     {"self": case_self, "second-device": case_second_device, "markers": case_markers, "churn": case_churn, "pollution": case_pollution, "capture": case_capture, "crash": case_crash, "restart": case_restart,
-     "wake": case_wake, "stuck": case_stuck, "deaf": case_deaf, "killed": case_killed, "fastpath": case_fastpath}[case](env, image)
+     "wake": case_wake, "stuck": case_stuck, "partition": case_partition, "deaf": case_deaf, "killed": case_killed, "fastpath": case_fastpath}[case](env, image)
 
 
 if __name__ == "__main__":
