@@ -20,6 +20,20 @@ if [ $# -eq 0 ] && [ "${TANDEM_TEST_SANITIZERS:-1}" != 0 ]; then sanitizers=1; f
 #   SGLang (.venv-sglang/, about 4 GB more on disk, its own torch): e2e_sglang_*;
 #   TANDEM_TEST_SGLANG=0 skips it.
 mkdir -p build
+# Room on disk first: a full disk fails a compile or an unpacking half-way, with a message about
+# a temporary file. What the missing venvs take while they install (before their shared wheels
+# are linked), pip's unpacking, and the three builds, in GB.
+need=3
+[ -f .venv/.tandem-requirements ] || need=$((need + 6))
+[ "${TANDEM_TEST_VLLM:-1}" = 0 ] || [ -f .venv-vllm/.tandem-requirements ] || need=$((need + 10))
+[ "${TANDEM_TEST_SGLANG:-1}" = 0 ] || [ -f .venv-sglang/.tandem-requirements ] || need=$((need + 11))
+[ "$need" = 3 ] || need=$((need + 3))
+free=$(( $(df -Pk . | awk 'NR == 2 {print $4}') / 1024 / 1024 ))
+if [ "$free" -lt "$need" ]; then
+  echo "test: about $need GB of disk are needed here ($PWD) and $free GB are free. Free some, or skip" \
+       "the largest venvs with TANDEM_TEST_SGLANG=0 (11 GB) and TANDEM_TEST_VLLM=0 (10 GB)." >&2
+  exit 1
+fi
 declare -A venv_pid
 start_venv() {  # NAME [setup-venv.sh's flag]: in a process group of its own (pip's with it)
   setsid scripts/setup-venv.sh "${@:2}" >"build/setup-venv-$1.log" 2>&1 &
