@@ -56,8 +56,13 @@ def probe(env, image, mode, mib, role=None, **settings):
     run_env.update(settings)
     if role:
         run_env["TANDEM_ROLE"] = role
-    return subprocess.Popen([exe, mode, image, str(mib)], env=run_env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([exe, mode, image, str(mib)], env=run_env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    PROBES.append(p)
+    return p
+
+
+PROBES = []  # every probe started: killed at the end, also when a check failed (a stopped one too)
 
 
 def probe_pool_stats(env):
@@ -368,6 +373,16 @@ def case_killed(env, image):
 def main():
     build, image, case = sys.argv[1], sys.argv[2], sys.argv[3]
     env = Env(build)
+    try:
+        run(case, env, image)
+    finally:
+        for p in PROBES:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def run(case, env, image):
     {"self": case_self, "second-device": case_second_device, "markers": case_markers, "churn": case_churn, "pollution": case_pollution, "capture": case_capture, "crash": case_crash, "restart": case_restart,
      "wake": case_wake, "stuck": case_stuck, "partition": case_partition, "deaf": case_deaf, "killed": case_killed, "fastpath": case_fastpath}[case](env, image)
 
