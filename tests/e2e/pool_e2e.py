@@ -261,14 +261,14 @@ def stopped_holder(env, image, settings):
 
 
 def case_stuck(env, image):
-    handover_ms = 500
-    settings = dict(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_MEM_HANDOVER_MS=str(handover_ms))
+    handover_ms = 500  # the first request's bound (tandemd takes the smaller of its own and the request's)
+    settings = dict(TANDEM_MEM_CHUNK=CHUNK, TANDEM_MEM_WATERMARK="", TANDEM_MEM_HANDOVER_MS="10000")
     log = os.path.join(env.tmp, "tandemd.log")
     d = env.daemon(log="warn", log_file=log, **settings)
     try:
         train = stopped_holder(env, image, settings)
         start = time.monotonic()
-        infer = probe(env, image, "take", 32, role="inference", **settings)
+        infer = probe(env, image, "take", 32, role="inference", **dict(settings, TANDEM_MEM_HANDOVER_MS=str(handover_ms)))
         out, err = infer.communicate(timeout=30)
         waited = time.monotonic() - start
         print(f"     inference's allocation failed after {waited:.2f} s: {err.strip()[-400:]}")
