@@ -42,7 +42,7 @@ int mem_show_command(const std::string& socket_path, bool json) {
                mib(r["pool_bytes"].get<unsigned long long>()).c_str());
   }
   if (rows.empty()) print_line("(no registered processes)");
-  for (const auto& p : pools)
+  for (const auto& p : pools) {
     print_line("pool on GPU %s: %s MiB in %llu chunks, %s MiB free, %s MiB of exited processes; %llu handovers "
                "(last %.1f ms, max %.1f ms), %llu short answers",
                p["gpu"].get<std::string>().substr(0, 8).c_str(), mib(p["bytes"].get<unsigned long long>()).c_str(),
@@ -50,6 +50,10 @@ int mem_show_command(const std::string& socket_path, bool json) {
                mib(p["orphaned_bytes"].get<unsigned long long>()).c_str(), p["handovers"].get<unsigned long long>(),
                p["handover_last_ms"].get<double>(), p["handover_max_ms"].get<double>(),
                p["short_answers"].get<unsigned long long>());
+    // Who was short and why (the holder that kept the memory), without reading tandemd's log.
+    std::string last = p.value("last_short_answer", "");
+    if (!last.empty()) print_line("  last short answer: %s", last.c_str());
+  }
   return 0;
 }
 

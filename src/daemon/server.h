@@ -189,6 +189,7 @@ class Server {
   struct PoolFigures {
     uint64_t handovers = 0, short_answers = 0;
     double last_ms = 0, max_ms = 0;
+    std::string last_short;  // the last short answer to online inference: who asked, and why
     // From an inference process's request to the last chunk sent (handovers and short answers).
     DurationHistogram durations{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
   };

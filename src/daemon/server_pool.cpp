@@ -87,9 +87,13 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
   // A short answer counts when online inference did not get what it asked for; the others
   // are told "none free" as a matter of course and make chunks of their own.
   auto granted = [&](uint32_t count, std::string reason) {
-    if (count < wanted && client.role == "inference") ++pool_figures_[client.gpu].short_answers;
     if (uint64_t elsewhere = count < wanted ? pool_.free_bytes_outside(client.gpu, chunk, client.trust_domain) : 0)
       reason += " (" + std::to_string(elsewhere >> 20) + " MiB free belong to other trust domains: not shared)";
+    if (count < wanted && client.role == "inference") {
+      PoolFigures& f = pool_figures_[client.gpu];
+      ++f.short_answers;
+      f.last_short = "inference pid " + std::to_string(client.pid) + ": " + reason;
+    }
     return reply(client, MessageType::pool_granted,
                  msg::encode(msg::PoolGranted{count, (wanted - count) * chunk, reason, seq, std::nullopt}));
   };
@@ -198,7 +202,8 @@ void Server::serve_pool_waits(uint64_t now_ns) {
         } else {
           ++f.short_answers;
           reason = pool_wait_shortfall(w, now_ns);
-          TANDEM_LOG_WARN("memory policy: inference pid {}: {}", c->pid, reason);
+          f.last_short = "inference pid " + std::to_string(c->pid) + ": " + reason;
+          TANDEM_LOG_WARN("memory policy: {}", f.last_short);
         }
         reply(*c, MessageType::pool_granted,
               msg::encode(msg::PoolGranted{w.given, (w.wanted - w.given) * w.chunk_bytes, reason, w.seq, ms}));
@@ -272,7 +277,8 @@ nlohmann::json Server::pool_status(const std::string& gpu_uuid) const {
   return {{"chunks", t.chunks},         {"bytes", t.bytes},
           {"free_bytes", t.free_bytes}, {"orphaned_bytes", t.orphaned_bytes},
           {"waits", waits},             {"handovers", figures.handovers},
-          {"short_answers", figures.short_answers}, {"handover_last_ms", figures.last_ms},
+          {"short_answers", figures.short_answers}, {"last_short_answer", figures.last_short},
+          {"handover_last_ms", figures.last_ms},
           {"handover_max_ms", figures.max_ms}};
 }
 

@@ -23,7 +23,7 @@ data).
              back at once when tandemd lowers its quota (tandemd wakes it), three times over
   stuck      a training process that never answers (stopped with SIGSTOP) holds the whole GPU:
              inference's allocation fails with out-of-memory once TANDEM_MEM_HANDOVER_MS passed,
-             and tandemd's log and inference's name the holder; resumed, training gives memory
+             and tandemd's log, inference's and `tandemctl mem` name the holder; resumed, training gives memory
              back at the next request, and the pool has lost none
   deaf       a running training process that says it frees memory on request (a memory-pressure
              callback) and frees nothing: the same bound, the holder named, its memory intact
@@ -43,7 +43,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_util import Env, check, preload, slots_by_pid, wait_for  # noqa: E402
+from e2e_util import Env, check, ctl, preload, slots_by_pid, wait_for  # noqa: E402
 
 CHUNK = "4M"
 
@@ -282,6 +282,10 @@ def case_stuck(env, image):
         check(holder in daemon_log, f"tandemd's log names the holder: {daemon_log.strip()[-400:]}")
         pool = pool_of(env)
         check(pool["short_answers"] == 1 and pool["handovers"] == 0, f"one short answer, no handover ({pool})")
+        mem = ctl(env, "mem").stdout
+        check(f"last short answer: inference pid {infer.pid}: " in mem and holder in mem,
+              "tandemctl mem shows the last short answer, the holder named: "
+              f"{[line for line in mem.splitlines() if 'short' in line]}")
         # The failed process's request is over (its quota went back to training); the next one,
         # with training resumed, is a handover.
         train.send_signal(signal.SIGCONT)
