@@ -127,6 +127,7 @@ class Server {
   // SIRIUS's InferRelease on the daemon's side: free memory beyond W goes back to training.
   void give_back_to_training(const std::string& gpu);
   void set_quota(Client& client, uint64_t bytes);
+  uint64_t assigned_quota(const Client& client);  // what set_quota (or tandemctl) set; 0: none
   void pool_tick(uint64_t now_ns);
   // Node-local training jobs (server_jobs.cpp): each tick, the same collective limit for all
   // ranks of a job (job_hold.h).

@@ -124,7 +124,7 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
   for (const QuotaCut& cut : plan.cuts) {
     Client* t = registry_.find(cut.client);
     if (cut.taken) {
-      if (!t->pool_taken_bytes) t->quota_before_pool = gpu(t->gpu)->segment().shm()->slots[t->slot].assigned_quota_bytes;
+      if (!t->pool_taken_bytes) t->quota_before_pool = assigned_quota(*t);
       t->pool_taken_bytes += cut.taken;
     }
     set_quota(*t, cut.quota);  // the same quota again still asks for what is held over it
@@ -152,7 +152,7 @@ std::string Server::pool_wait_shortfall(const PoolWait& w, uint64_t now_ns) {
     auto c = registry_.clients().find(id);
     if (c == registry_.clients().end() || c->second.slot < 0) continue;
     uint64_t held = pool_.held_by(id);
-    uint64_t quota = gpu(c->second.gpu)->segment().shm()->slots[c->second.slot].assigned_quota_bytes;
+    uint64_t quota = assigned_quota(c->second);
     if (held <= quota) continue;
     holders += (holders.empty() ? "" : ", ") + std::string("training pid ") + std::to_string(c->second.pid) +
                " holds " + std::to_string(held >> 20) + " MiB over its quota of " + std::to_string(quota >> 20) +
@@ -239,7 +239,7 @@ void Server::give_back_to_training(const std::string& gpu_uuid) {
     if (!give) continue;
     free_bytes -= std::min(free_bytes, give);
     t.pool_taken_bytes -= give;
-    uint64_t quota = gpu(t.gpu)->segment().shm()->slots[t.slot].assigned_quota_bytes + give;
+    uint64_t quota = assigned_quota(t) + give;
     set_quota(t, t.pool_taken_bytes ? quota : t.quota_before_pool);
     TANDEM_LOG_INFO("memory policy: {} MiB back to training pid {}", give >> 20, t.pid);
   }
@@ -250,6 +250,10 @@ void Server::set_quota(Client& client, uint64_t bytes) {
   tandem_slot& slot = gpu(client.gpu)->segment().shm()->slots[client.slot];
   __atomic_store_n(&slot.assigned_quota_bytes, bytes, __ATOMIC_RELEASE);
   futex_bump_and_wake(&slot.memory_wake);
+}
+
+uint64_t Server::assigned_quota(const Client& client) {
+  return __atomic_load_n(&gpu(client.gpu)->segment().shm()->slots[client.slot].assigned_quota_bytes, __ATOMIC_ACQUIRE);
 }
 
 void Server::pool_tick(uint64_t now_ns) {
