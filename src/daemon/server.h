@@ -191,6 +191,10 @@ class Server {
     uint64_t handovers = 0, short_answers = 0;
     double last_ms = 0, max_ms = 0;
     std::string last_short;  // the last short answer to online inference: who asked, and why
+    const std::string& short_answer(int pid, const std::string& reason) {
+      ++short_answers;
+      return last_short = "inference pid " + std::to_string(pid) + ": " + reason;
+    }
     // From an inference process's request to the last chunk sent (handovers and short answers).
     DurationHistogram durations{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
   };

@@ -89,11 +89,7 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
   auto granted = [&](uint32_t count, std::string reason) {
     if (uint64_t elsewhere = count < wanted ? pool_.free_bytes_outside(client.gpu, chunk, client.trust_domain) : 0)
       reason += " (" + std::to_string(elsewhere >> 20) + " MiB free belong to other trust domains: not shared)";
-    if (count < wanted && client.role == "inference") {
-      PoolFigures& f = pool_figures_[client.gpu];
-      ++f.short_answers;
-      f.last_short = "inference pid " + std::to_string(client.pid) + ": " + reason;
-    }
+    if (count < wanted && client.role == "inference") pool_figures_[client.gpu].short_answer(client.pid, reason);
     return reply(client, MessageType::pool_granted,
                  msg::encode(msg::PoolGranted{count, (wanted - count) * chunk, reason, seq, std::nullopt}));
   };
@@ -200,10 +196,8 @@ void Server::serve_pool_waits(uint64_t now_ns) {
           f.last_ms = ms;
           f.max_ms = std::max(f.max_ms, ms);
         } else {
-          ++f.short_answers;
           reason = pool_wait_shortfall(w, now_ns);
-          f.last_short = "inference pid " + std::to_string(c->pid) + ": " + reason;
-          TANDEM_LOG_WARN("memory policy: {}", f.last_short);
+          TANDEM_LOG_WARN("memory policy: {}", f.short_answer(c->pid, reason));
         }
         reply(*c, MessageType::pool_granted,
               msg::encode(msg::PoolGranted{w.given, (w.wanted - w.given) * w.chunk_bytes, reason, w.seq, ms}));
