@@ -107,13 +107,14 @@ bool Server::handle_pool_acquire(Client& client, const msg::PoolAcquire& request
     trainings.push_back({id, pool_.held_by(id), segment.shm()->slots[c.slot].assigned_quota_bytes,
                          working_set_floor(segment.view(c.slot).v)});
   }
-  // Others of its trust domain already waiting on this GPU are owed what training holds over
-  // its quota first (they are served in order): counted once, for all, so that this request
-  // is not planned on memory promised to an earlier one.
+  // Others of its trust domain already waiting on this GPU for chunks of this size are owed
+  // what training holds over its quota first (they are served in order): counted once, for
+  // all, so that this request is not planned on memory promised to an earlier one. (A wait for
+  // another chunk size, a client's own choice, takes none of these chunks.)
   uint64_t promised = 0;
   for (const PoolWait& w : pool_waits_) {
     const Client* other = registry_.find(w.client);
-    if (other && other->gpu == client.gpu && other->trust_domain == client.trust_domain)
+    if (other && other->gpu == client.gpu && other->trust_domain == client.trust_domain && w.chunk_bytes == chunk)
       promised += uint64_t{w.wanted - w.given} * w.chunk_bytes;
   }
   ReclaimPlan plan = plan_reclaim(promised + (wanted - n) * chunk, watermark(), chunk, trainings);
