@@ -106,7 +106,13 @@ struct tandem_slot {
      (zero in an older daemon: every timing taken as made alone), layout version unchanged. */
   uint32_t others_busy_ticks;
   uint32_t others_busy;
-  uint8_t reserved[20];
+  /* Zico (docs/zico.md): 1 while tandemd time-shifts this training process against another
+     training job of the GPU, whether or not its curve is learned (a job whose profiling ran out
+     of time publishes no trough, but what it frees must still reach the other job). Its pool
+     then gives its idle chunks back at every tick. Added in the reserved bytes (zero in an older
+     daemon: only a published trough says so), layout version unchanged. */
+  uint32_t zico_shared;
+  uint8_t reserved[16];
 };
 
 /* What one client writes: its own page, separate from the GPU's segment. */

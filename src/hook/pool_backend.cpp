@@ -19,6 +19,7 @@
 #include "real_driver.h"
 #include "settings.h"
 #include "stream_registry.h"
+#include "zico_gate.h"
 #include "capture_state.h"
 
 namespace tandem::hook {
@@ -470,9 +471,8 @@ void pool_tick() noexcept {
     }
     // Zico: while tandemd time-shifts this training job, what its backward pass freed goes
     // back at once, for the other job's forward pass.
-    const tandem_slot* slot = current_slot();
     uint64_t unused_now = held - std::min(held, live);
-    if (slot && __atomic_load_n(&slot->zico_trough_bytes, __ATOMIC_ACQUIRE) && unused_now >= g_pool->chunk_bytes()) {
+    if (zico_sharing(current_slot()) && unused_now >= g_pool->chunk_bytes()) {
       g_pool->try_trim(live, true);
       return;
     }

@@ -70,8 +70,7 @@ void zico_boundary(const tandem_slot* slot, uint64_t trough_bytes) noexcept {
 }
 
 bool zico_memory_retry(uint64_t& since_ns) noexcept {
-  const tandem_slot* slot = current_slot();
-  if (!slot || !__atomic_load_n(&slot->zico_trough_bytes, __ATOMIC_ACQUIRE)) return false;
+  if (!zico_sharing(current_slot())) return false;
   uint64_t now = monotonic_ns();
   if (!since_ns) {
     since_ns = now;

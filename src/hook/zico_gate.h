@@ -22,6 +22,14 @@ inline void zico_at_allocation() noexcept {
   if (trough) zico_boundary(slot, trough);
 }
 
+// True while tandemd time-shifts this training process against another job of the GPU: a
+// published trough, or (a job whose profiling ran out of time publishes none) the slot's
+// zico_shared. Its pool then gives idle chunks back at every tick.
+inline bool zico_sharing(const tandem_slot* slot) noexcept {
+  return slot && (__atomic_load_n(&slot->zico_trough_bytes, __ATOMIC_ACQUIRE) ||
+                  __atomic_load_n(&slot->zico_shared, __ATOMIC_ACQUIRE));
+}
+
 // Zico starts an iteration beside another job's backward pass: what that pass frees reaches the
 // GPU a moment later, when its progress thread gives its idle pool chunks back (and a chunk with
 // a live block in it stays). An allocation the GPU cannot serve meanwhile waits for that memory

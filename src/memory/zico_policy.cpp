@@ -115,7 +115,7 @@ void ZicoPolicy::step(uint64_t now_ns, const std::vector<ZicoSample>& samples, u
   std::map<int, size_t> index;  // slot -> its decision
   for (const ZicoSample& s : samples) {
     index[s.slot] = decisions.size();
-    decisions.push_back({s.slot, trough_to_publish(jobs_.at(s.slot), gating), false, 0});
+    decisions.push_back({s.slot, trough_to_publish(jobs_.at(s.slot), gating), gating, false, 0});
   }
 
   // The longest-waiting first.

@@ -69,6 +69,7 @@ struct ZicoSample {
 struct ZicoDecision {
   int slot = -1;
   uint64_t trough_bytes = 0;  // 0: no waiting; UINT64_MAX: its next allocation waits
+  bool shared = false;        // time-shifted against another job: its pool gives idle chunks back at once
   bool grant = false;         // raise its permits to `permits` and wake it
   uint32_t permits = 0;
 };

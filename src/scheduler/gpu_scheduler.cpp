@@ -331,6 +331,7 @@ void GpuScheduler::admitted(int slot) {
     // allocation waits. Until the next period it could allocate beside the other job's peak
     // (a newcomer ran out of memory after 30 MiB of its first iteration).
     __atomic_store_n(&s.zico_trough_bytes, UINT64_MAX, __ATOMIC_RELEASE);
+    __atomic_store_n(&s.zico_shared, 1u, __ATOMIC_RELEASE);
     return;
   }
 }
@@ -358,6 +359,7 @@ void GpuScheduler::step_zico(tandem_shm_header* shm, uint64_t now_ns) {
   for (const ZicoDecision& d : zico_decisions_) {
     tandem_slot& s = shm->slots[d.slot];
     __atomic_store_n(&s.zico_trough_bytes, d.trough_bytes, __ATOMIC_RELEASE);
+    __atomic_store_n(&s.zico_shared, d.shared ? 1u : 0u, __ATOMIC_RELEASE);
     if (!d.grant) continue;
     __atomic_store_n(&s.zico_permits, d.permits, __ATOMIC_RELEASE);
     wake(s);

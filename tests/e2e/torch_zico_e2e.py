@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
 """Zico for PyTorch (docs/zico.md, "PyTorch"): two unmodified PyTorch training jobs
-(examples/pytorch/train.py) whose peaks do not fit together on a simulated GPU of 1600 MiB for
-all processes (SIMGPU_MEM_SHARED=1). Each job (batch 1024, a 30 ms data-loading pause per step)
-holds about 150 MiB between steps and about 500 MiB at its peak, as its allocator sees it; on the
-pool (TANDEM_MEM_POOL=1, TANDEM_MEM_TORCH_BACKEND=async: PyTorch's stream-ordered backend) it
-holds more chunks than that (frees wait for the GPU, small live tensors keep chunks), so a
-job alone needs about 1 GiB. PyTorch comes from the project's venv; without it the test is
-skipped (exit 77).
+(examples/pytorch/train.py) on a simulated GPU of 1400 MiB for all processes
+(SIMGPU_MEM_SHARED=1). Each job (batch 1024, a 30 ms data-loading pause per step) holds about
+140 MiB between steps and about 500 MiB at its peak, as its allocator sees it; on the pool
+(TANDEM_MEM_POOL=1, TANDEM_MEM_TORCH_BACKEND=async: PyTorch's stream-ordered backend) it holds
+more chunks than that (frees wait for the GPU, small live tensors keep chunks): about 1.1 GiB
+when nothing asks for them, 550-670 MiB at its peak and 290-350 MiB between steps when it gives
+idle chunks back at once. PyTorch comes from the project's venv; without it the test is skipped
+(exit 77).
 
-  without  tandemd without TANDEM_ZICO: the second job runs out of memory
-  zico     TANDEM_ZICO=1 with a budget of 800 MiB (one job's peak beside the other's trough fits,
-           two peaks do not): both jobs run every step and finish (their CUDA graph capture
-           included: its allocations take the GPU's memory only when the graph runs, as on a
-           GPU; docs/zico.md), tandemd learned both curves and delayed starts, and the timed
-           steps of the pair take less time than those of the two jobs one after the other (both
-           warmed up beside the same tandemd; the second paused until the first exited)
+  without  tandemd without TANDEM_ZICO: a job runs out of memory
+  zico     TANDEM_ZICO=1 with a budget of 1000 MiB, which the two peaks (1003 MiB live) do not
+           fit in (the other 400 MiB are for the chunks the pools hold beyond their live
+           bytes): both jobs run every step and finish (their CUDA graph capture included: its
+           allocations take the GPU's memory only when the graph runs, as on a GPU;
+           docs/zico.md), tandemd learned both curves and delayed starts, and the timed steps of
+           the pair take at least 1.2x less time than those of the two jobs one after the other
+           (both warmed up beside the same tandemd; the second paused until the first exited)
+
+Both jobs warm up for 80 steps (4-5 s: a curve is learned once the trough has stayed put for
+3 s, and PyTorch's optimizer state appears at the first step), the first while the second waits
+at its first allocation, then the second while the first waits for the common start
+(TANDEM_ZICO_PROFILE_MS=30000 covers PyTorch's start-up; TANDEM_ZICO_MAX_WAIT_MS=60000 the wait).
 """
 import json
 import os
@@ -25,13 +32,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_util import check, last_json, run_case  # noqa: E402
 from torch_e2e import example, require_torch, start  # noqa: E402
 
-GPU = {"SIMGPU_MEM_SHARED": "1", "SIMGPU_MEM_BYTES": str(1600 << 20)}
+GPU = {"SIMGPU_MEM_SHARED": "1", "SIMGPU_MEM_BYTES": str(1400 << 20)}
 STEPS = 60
-JOB = ["--steps", str(STEPS), "--replays", "0", "--batch", "1024", "--sleep-ms", "30", "--warmup-steps", "6",
+JOB = ["--steps", str(STEPS), "--replays", "0", "--batch", "1024", "--sleep-ms", "30", "--warmup-steps", "80",
        "--log-steps"]
-ON_POOL = {"TANDEM_ROLE": "training", "TANDEM_MEM_POOL": "1", "TANDEM_MEM_TORCH_BACKEND": "async"}
-ZICO = {"TANDEM_ZICO": "1", "TANDEM_ZICO_BUDGET": "800M"}
-LEAD_S = 45  # both jobs' warm-up (import, cuBLAS, 6 steps) side by side on 2 cores, with room
+ON_POOL = {"TANDEM_ROLE": "training", "TANDEM_MEM_POOL": "1", "TANDEM_MEM_TORCH_BACKEND": "async",
+           "TANDEM_ZICO_MAX_WAIT_MS": "60000"}
+ZICO = {"TANDEM_ZICO": "1", "TANDEM_ZICO_BUDGET": "1000M", "TANDEM_ZICO_PROFILE_MS": "30000"}
+LEAD_S = 60  # both jobs' warm-up (import, cuBLAS, 80 steps), one after the other, on 2 cores, with room
 MIN_RATIO = 1.2
 
 
@@ -114,8 +122,9 @@ def zico(env):
     during = [v for t, v in views if t <= min(a[1][-1], b[1][-1])]
     view = during[-1] if during else None
     check(view is not None, "tandemd showed both jobs' Zico state while they ran their steps")
-    print("jobs:", [{k: j[k] for k in ("learned", "unshaped", "trough_bytes", "peak_bytes", "period_ms", "starts",
-                                       "delayed_starts", "unpermitted_starts")} for j in view["jobs"]],
+    print("jobs:", [{k: j[k] for k in ("learned", "unshaped", "trough_bytes", "peak_bytes", "period_ms", "active_ms",
+                                       "last_shift_ms", "starts", "delayed_starts", "unpermitted_starts")}
+                    for j in view["jobs"]],
           "newcomers_held_ms:", view["newcomers_held_ms"])
     check(all(j["learned"] for j in view["jobs"]), "both curves learned from what PyTorch's allocator holds")
     check(all(j["peak_bytes"] > 2 * j["trough_bytes"] for j in view["jobs"]),
@@ -126,6 +135,39 @@ def zico(env):
     check(ratio >= MIN_RATIO, f"side by side at least {MIN_RATIO}x faster than one after the other ({ratio:.2f}x)")
 
 
+def unlearned(env):
+    """A job tandemd time-shifts but has no curve for (its profiling over: here at once, with
+    TANDEM_ZICO_PROFILE_MS=0) publishes no trough and never waits, but still gives its idle chunks
+    back at once: the other job's forward pass needs them. Before the slot's zico_shared such a
+    job kept what its pool took (about 1.1 GiB), and a job beside it ran out of memory."""
+    env.base.update(SIMGPU_MEM_SHARED="1", SIMGPU_MEM_BYTES=str(4000 << 20))  # room: only what each holds is looked at
+    d = env.daemon("fill", TANDEM_ZICO="1", TANDEM_ZICO_BUDGET="1000M", TANDEM_ZICO_PROFILE_MS="0")
+    first, second, _ = jobs(env)
+    pids = {first.pid, second.pid}
+    held = {}  # pid -> the most its pool held while both ran and its curve was not learned
+    both_learned = False
+    deadline = time.time() + LEAD_S
+    while time.time() < deadline and first.poll() is None and second.poll() is None and not both_learned:
+        s = env.status()
+        z = s and s["gpus"] and s["gpus"][0].get("zico")
+        if z and {j["pid"] for j in z["jobs"]} == pids:
+            pool = {sl["pid"]: sl.get("pool_bytes", 0) for sl in s["gpus"][0]["slots"]}
+            for j in z["jobs"]:
+                if not j["learned"] and j["iterations"] == 0 and pool.get(j["pid"], 0) > 0:
+                    held[j["pid"]] = max(held.get(j["pid"], 0), pool[j["pid"]])
+            both_learned = all(j["learned"] for j in z["jobs"])
+        time.sleep(0.1)
+    for p in (first, second):
+        p.kill()
+        p.wait()
+    d.terminate()
+    d.wait()
+    print("most held while unlearned (MiB):", {pid: b >> 20 for pid, b in held.items()})
+    check(held and max(held.values()) > (200 << 20), "a job ran steps beside the other before its curve was learned")
+    check(max(held.values()) <= (800 << 20), "it gave its idle chunks back at once: its pool held at most 800 MiB "
+                                             "(about 1.1 GiB when it keeps them)")
+
+
 if __name__ == "__main__":
     require_torch()
-    run_case({"without": without, "zico": zico})
+    run_case({"without": without, "zico": zico, "unlearned": unlearned})

@@ -152,6 +152,7 @@ TEST_CASE("ZicoPolicy: alone, a job is never held; a second job profiles alone, 
       auto d = z.step({{0, 1, triangle(ms), 0, false}}, budget);
       REQUIRE(d.size() == 1);
       CHECK(d[0].trough_bytes == 0);
+      CHECK_FALSE(d[0].shared);  // alone: its pool keeps its chunks
       CHECK_FALSE(d[0].grant);
     }
   REQUIRE(z.policy.curve(0)->learned());
@@ -159,6 +160,7 @@ TEST_CASE("ZicoPolicy: alone, a job is never held; a second job profiles alone, 
   auto d = z.step({{0, 1, triangle(0), 0, false}, {1, 1, 0, 0, true}}, budget);
   CHECK(d[0].trough_bytes == z.policy.curve(0)->threshold_bytes());
   CHECK(d[1].trough_bytes == UINT64_MAX);
+  CHECK((d[0].shared && d[1].shared));
   CHECK_FALSE(d[1].grant);  // slot 0 is in its forward pass
   // Slot 0 reaches its trough and waits: slot 1 may profile; slot 0 gets no permit meanwhile.
   bool granted = false;
@@ -208,6 +210,7 @@ TEST_CASE("ZicoPolicy: a client gone or replaced is forgotten; one left alone is
   auto d = z.step({{0, 1, 64 * kMiB, 0, true}}, 1);
   REQUIRE(d.size() == 1);
   CHECK(d[0].trough_bytes == 0);
+  CHECK_FALSE(d[0].shared);
   CHECK(d[0].grant);  // a waiting job alone is let go
   CHECK(z.policy.status().size() == 1);
 }
@@ -264,9 +267,11 @@ TEST_CASE("ZicoPolicy: a newcomer slow to start profiles within TANDEM_ZICO_PROF
     // One ms with slot 1 at `slot1_bytes`; slot 0 waits at its trough until its first permit.
     std::optional<uint64_t> slot0_let_go_ms;
     uint64_t elapsed_ms = 0;
+    std::vector<ZicoDecision> at_6s;  // in slot 1's start-up, after the 5 s allowance
     auto tick = [&](uint64_t slot1_bytes) {
-      bool grant = z.step({{0, 1, 64 * kMiB, 0, !slot0_let_go_ms}, {1, 1, slot1_bytes, 1, false}}, budget)[0].grant;
-      if (grant && !slot0_let_go_ms) slot0_let_go_ms = elapsed_ms;
+      auto d = z.step({{0, 1, 64 * kMiB, 0, !slot0_let_go_ms}, {1, 1, slot1_bytes, 1, false}}, budget);
+      if (elapsed_ms == 6000) at_6s = d;
+      if (d[0].grant && !slot0_let_go_ms) slot0_let_go_ms = elapsed_ms;
       ++elapsed_ms;
     };
     // Its start-up: its weights (64 MiB) held for 7 s. Then its iterations.
@@ -279,6 +284,12 @@ TEST_CASE("ZicoPolicy: a newcomer slow to start profiles within TANDEM_ZICO_PROF
     if (profile_s == 5) {
       CHECK(*slot0_let_go_ms >= 4990);  // held for the allowance,
       CHECK(*slot0_let_go_ms < 5100);   // not for the rest of slot 1's start-up
+      // Its profiling over, it publishes no trough (it never waits), but it still shares the
+      // GPU: its pool gives idle chunks back at once, for slot 0.
+      REQUIRE(at_6s.size() == 2);
+      CHECK(at_6s[1].trough_bytes == 0);
+      CHECK(at_6s[1].shared);
+      CHECK(at_6s[0].shared);
     } else {
       CHECK(*slot0_let_go_ms > 7000);  // held through the start-up, until slot 1's curve was known
       CHECK_FALSE(z.policy.status()[1].unshaped);
