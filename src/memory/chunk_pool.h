@@ -197,6 +197,7 @@ class ChunkPool {
     uint32_t slot;   // small: its chunk; run: the head
     uint32_t run;    // run: chunks in it (0: small)
     uint64_t stamp;  // the newest stamp of its slots when allocated
+    uint64_t free_seq = 0;  // pending: the number of the free that made it so (its Pending's seq)
   };
   struct Pending {
     uint64_t ptr;
@@ -234,7 +235,9 @@ class ChunkPool {
   void mark_mapped(uint32_t slot);
   // Finishes pending frees whose markers completed (all of them after a synchronization).
   void reap(bool synchronize);
-  void finish_free(uint64_t ptr);
+  // The pending block at `ptr` freed by free number `seq` becomes free; nothing when the block
+  // pending there now is another one.
+  void finish_free(uint64_t ptr, uint64_t seq);
   void synchronize_device();
   uint64_t trim_locked(uint64_t target_bytes, bool may_synchronize);
   template <typename Try>

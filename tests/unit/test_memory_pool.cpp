@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
+#include <utility>
 #include <random>
 #include <set>
 #include <thread>
@@ -58,7 +60,12 @@ struct FakeDriver : PoolDriver {
     return ++zero_waits, true;
   }
   void* record(void*, bool) override { return markers.emplace_back(new FakeMarker()); }
-  bool done(void* m) override { return static_cast<FakeMarker*>(m)->done; }
+  std::function<void()> at_next_done;  // run once, inside the next marker's query (before its answer)
+  bool done(void* m) override {
+    bool was = static_cast<FakeMarker*>(m)->done;
+    if (auto f = std::exchange(at_next_done, nullptr)) f();
+    return was;
+  }
   void recycle(void* m) override {
     markers.erase(std::find(markers.begin(), markers.end(), m));
     delete static_cast<FakeMarker*>(m);
@@ -281,6 +288,33 @@ TEST_CASE("pool: a block freed on a stream serves that stream's next allocation 
     REQUIRE(pool.allocate(5 * kChunk, a) != 0);
     REQUIRE(pool.stats().stream_reuses == before);  // a new run on new chunks, not the stale block
   }
+  require_consistent(pool);
+}
+
+TEST_CASE("pool: a block freed where a pending block of a chunk since trimmed still lies is not lost", "[memory]") {
+  // The progress thread trims while an allocation runs: the allocation looked at the pending
+  // frees (one not finished yet), the trim then synchronized and gave that free's chunk away,
+  // and the allocation grew the pool into the same slot, so its new block has the address of
+  // the old pending one. Freed, the new block must still become free, and count once.
+  PoolRig rig(4);
+  auto& [driver, daemon, pool] = rig;
+  int stream = 0;
+  const StreamTag a{reinterpret_cast<uintptr_t>(&stream), 0, 1};
+  const uint64_t kBlock = 64 * 1024;
+  uint64_t x = pool.allocate(kBlock, a);
+  REQUIRE(pool.free(x, true, &stream, false, nullptr, a));
+  driver.at_next_done = [&] { REQUIRE(pool.trim(0, true) == kChunk); };  // the trim, mid-allocation
+  uint64_t y = pool.allocate(kChunk, a);  // fits beside no pending block: reaps (x not done), then grows
+  REQUIRE(pool.stats().chunks_released == 1);
+  REQUIRE(y == x);  // the same slot, mapped again
+  REQUIRE(pool.free(y, true, &stream, false, nullptr, a));
+  REQUIRE(pool.stats().pending_bytes == kChunk);  // y's free only: x's record left with its chunk
+  uint64_t small = pool.allocate(4096);  // records y's marker (and takes a second chunk)
+  REQUIRE((small && pool.free(small, true, &stream, false, nullptr, a)));
+  driver.finish_all_work();
+  uint64_t again = pool.allocate(kChunk);  // no stream: reaps, and y's range is free again
+  REQUIRE(again == x);
+  REQUIRE(pool.stats().pending_bytes == 4096);  // the small block's free only, its marker recorded just now
   require_consistent(pool);
 }
 
