@@ -471,15 +471,14 @@ void pool_tick() noexcept {
     }
     // Zico: while tandemd time-shifts this training job, what its backward pass freed goes
     // back at once, for the other job's forward pass.
-    uint64_t unused_now = held - std::min(held, live);
-    if (zico_sharing(current_slot()) && unused_now >= g_pool->chunk_bytes()) {
+    uint64_t unused = held - std::min(held, live);
+    if (zico_sharing(current_slot()) && unused >= g_pool->chunk_bytes()) {
       g_pool->try_trim(live, true);
       return;
     }
     // SIRIUS's InferRelease: memory not in use is kept up to 2W, then given back down to W.
     // Blocks freed with cuMemFree wait for a synchronization, which trimming takes: an idle
     // server synchronizes nothing else, and its freed models must still go back.
-    uint64_t unused = held - std::min(held, live);
     if (g_role == TANDEM_ROLE_INFERENCE && unused >= 2 * g_watermark && unused > g_watermark &&
         unused >= g_pool->chunk_bytes())
       g_pool->try_trim(held - (unused - g_watermark), true);

@@ -58,10 +58,14 @@ def jobs(env, pause=None):
     return first, second, at
 
 
-def zico_view(env, pids):
-    s = env.status()
-    z = s and s["gpus"] and s["gpus"][0].get("zico")
+def zico_of(status, pids):
+    """tandemd's Zico view in `status` once it holds exactly the jobs `pids`; else None."""
+    z = status and status["gpus"] and status["gpus"][0].get("zico")
     return z if z and {j["pid"] for j in z["jobs"]} == set(pids) else None
+
+
+def zico_view(env, pids):
+    return zico_of(env.status(), pids)
 
 
 def finished(p, name, read=""):
@@ -149,8 +153,8 @@ def unlearned(env):
     deadline = time.time() + LEAD_S
     while time.time() < deadline and first.poll() is None and second.poll() is None and not both_learned:
         s = env.status()
-        z = s and s["gpus"] and s["gpus"][0].get("zico")
-        if z and {j["pid"] for j in z["jobs"]} == pids:
+        z = zico_of(s, pids)
+        if z:
             pool = {sl["pid"]: sl.get("pool_bytes", 0) for sl in s["gpus"][0]["slots"]}
             for j in z["jobs"]:
                 if not j["learned"] and j["iterations"] == 0 and pool.get(j["pid"], 0) > 0:
